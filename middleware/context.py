@@ -1,0 +1,124 @@
+"""What a running actor sees of its item: its lease, parameters, checkpoint and stop requests."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Engine
+
+from photojobs.lanes import LaneSpec
+from store.fencing import FencedSession, fenced
+from store.items import Lease, save_checkpoint
+
+# Why a running item was asked to stop.
+STOP_CANCEL = "cancel"
+STOP_PAUSE = "pause"
+STOP_LOST = "lost"  # the lease is gone: another worker may own the item now
+STOP_SHUTDOWN = "shutdown"  # the worker process is shutting down
+
+
+class Stopped(Exception):  # noqa: N818 - it is a signal, not an error
+    """Raised by ``ItemContext.check()`` at a safe point when the item must stop."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        self.kind = kind
+        self.reason = reason
+        super().__init__(f"stopped ({kind}): {reason}")
+
+
+@dataclass
+class ItemContext:
+    lease: Lease
+    spec: LaneSpec
+    engine: Engine
+    worker: str
+    started: float = field(default_factory=time.monotonic)
+    last_renewed: float = field(default_factory=time.monotonic)
+    _stop_kind: str | None = None
+    _stop_reason: str = ""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    # -- what the actor reads -------------------------------------------------
+    @property
+    def item_id(self) -> int:
+        return self.lease.item_id
+
+    @property
+    def token(self) -> int:
+        return self.lease.token
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.lease.params
+
+    def param(self, key: str, default: Any = None) -> Any:
+        return self.lease.params.get(key, default)
+
+    @property
+    def photo_path(self) -> str | None:
+        return self.lease.photo_path
+
+    @property
+    def attempt(self) -> int:
+        return self.lease.attempt
+
+    @property
+    def saved_checkpoint(self) -> dict[str, Any] | None:
+        """The checkpoint a previous attempt saved, if any."""
+        return self.lease.checkpoint
+
+    # -- stop requests ---------------------------------------------------------
+    def request_stop(self, kind: str, reason: str) -> None:
+        with self._lock:
+            # A lost lease overrides everything; otherwise the first request wins.
+            if self._stop_kind is None or kind == STOP_LOST:
+                self._stop_kind, self._stop_reason = kind, reason
+
+    @property
+    def stop_kind(self) -> str | None:
+        return self._stop_kind
+
+    def should_stop(self) -> bool:
+        """True once the job asked to cancel/pause, the lease was lost, or the worker is stopping."""
+        return self._stop_kind is not None
+
+    def check(self) -> None:
+        """A safe point: raise ``Stopped`` if the item must stop."""
+        if self._stop_kind is not None:
+            raise Stopped(self._stop_kind, self._stop_reason)
+
+    # -- fenced writes -------------------------------------------------------
+    @contextmanager
+    def fenced(self, what: str = "commit") -> Iterator[FencedSession]:
+        """A transaction that commits only while this lease holds (else ``StaleLease``)."""
+        with fenced(self.engine, self.lease.item_id, self.lease.token, worker=self.worker, what=what) as s:
+            yield s
+
+    def checkpoint(self, data: dict[str, Any]) -> None:
+        """Save progress; the next attempt reads it back as ``saved_checkpoint``."""
+        with self.fenced("checkpoint") as s:
+            save_checkpoint(s, self.lease, data)
+
+
+_local = threading.local()
+
+
+def current() -> ItemContext:
+    """The context of the item this worker thread is running."""
+    ctx = getattr(_local, "ctx", None)
+    if ctx is None:
+        raise RuntimeError("no item is running in this thread (is the LeaseMiddleware installed?)")
+    return ctx
+
+
+def set_current(ctx: ItemContext | None) -> None:
+    _local.ctx = ctx
+
+
+def peek_current() -> ItemContext | None:
+    return getattr(_local, "ctx", None)

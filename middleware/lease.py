@@ -1,0 +1,217 @@
+"""The Dramatiq middleware of the lease protocol: validate, claim, heartbeat, finish through the fence.
+
+- ``before_process_message``: validate the message against its lane's schema, then claim the item
+  by compare-and-set. A message that is malformed, for another lane, for an unknown item or with a
+  stale token is rejected with a logged reason and an event, and never runs (``SkipMessage``).
+- the actor runs with an ``ItemContext`` (``middleware.context.current()``), its lease renewed by
+  the process's heartbeat thread.
+- ``after_process_message``: finish the item through a fenced session: ``succeeded``, ``failed``
+  (or retried with backoff while attempts remain), ``cancelled``/``paused`` for a cooperative stop.
+  A lost lease writes nothing; a stale commit is refused by the fence. Then the lane is topped up.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from typing import Any
+
+import dramatiq
+from dramatiq.middleware import Middleware, SkipMessage
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from photojobs.lanes import ACTOR_PREFIX, LaneSpec
+from photos.errors import PhotoError
+from store import items as store_items
+from store.dispatch import take_for_dispatch
+from store.errors import StaleLease
+from store.events import emit
+from store.fencing import fenced
+
+from .context import STOP_LOST, STOP_SHUTDOWN, ItemContext, Stopped, peek_current, set_current
+from .heartbeat import Heartbeat
+
+log = logging.getLogger("photojobs.lease")
+
+
+def worker_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class LeaseMiddleware(Middleware):
+    def __init__(
+        self,
+        specs: dict[str, LaneSpec],
+        engine_factory: Any,
+        *,
+        heartbeat_interval: float,
+        publisher_factory: Any | None = None,
+    ) -> None:
+        self.specs = specs
+        self.by_actor = {s.actor: s for s in specs.values()}
+        self.engine_factory = engine_factory
+        self.heartbeat_interval = heartbeat_interval
+        self.publisher_factory = publisher_factory
+        self._engine: Engine | None = None
+        self._publisher: Any = None
+        self._heartbeat: Heartbeat | None = None
+        self._boot_lock = threading.Lock()
+        self.worker = worker_identity()
+        self.rejected = 0
+
+    # -- process lifetime ---------------------------------------------------------
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            with self._boot_lock:
+                if self._engine is None:
+                    self._engine = self.engine_factory()
+        return self._engine
+
+    @property
+    def heartbeat(self) -> Heartbeat:
+        if self._heartbeat is None:
+            with self._boot_lock:
+                if self._heartbeat is None:
+                    hb = Heartbeat(self.engine, self.heartbeat_interval)
+                    hb.start()
+                    self._heartbeat = hb
+        return self._heartbeat
+
+    def after_process_boot(self, broker: dramatiq.Broker) -> None:
+        self.worker = worker_identity()  # one identity per worker process
+        _ = self.heartbeat
+
+    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop_all(STOP_SHUTDOWN, "worker shutting down")
+
+    def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+
+    # -- messages -----------------------------------------------------------------
+    def _reject(self, message: dramatiq.Message, reason: str) -> None:
+        self.rejected += 1
+        log.warning("rejected message %s on %s: %s", message.message_id, message.queue_name, reason)
+        try:
+            with Session(self.engine) as s, s.begin():
+                emit(
+                    s,
+                    "message_rejected",
+                    worker=self.worker,
+                    detail={
+                        "reason": reason,
+                        "queue": message.queue_name,
+                        "actor": message.actor_name,
+                        "args": repr(message.args)[:200],
+                    },
+                )
+        except Exception:  # noqa: BLE001 - recording the rejection must not fail the worker
+            log.exception("could not record the rejected message")
+        raise SkipMessage(reason)
+
+    def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:
+        if not message.actor_name.startswith(ACTOR_PREFIX):
+            return  # not a lane message; leave it to its actor
+        spec = self.by_actor.get(message.actor_name)
+        if spec is None:
+            self._reject(message, f"unknown lane actor {message.actor_name!r}")
+            return
+        if message.queue_name != spec.queue:
+            self._reject(message, f"{spec.name} message arrived on queue {message.queue_name!r}")
+        reason = spec.message_args_valid(list(message.args), message.kwargs)
+        if reason:
+            self._reject(message, reason)
+        item_id, token = message.args
+        outcome = store_items.claim(self.engine, spec, item_id, token, self.worker)
+        if outcome.lease is None:
+            if outcome.deferred:
+                log.debug("item %s deferred: %s", item_id, outcome.reason)
+                raise SkipMessage(outcome.reason)
+            if outcome.reason.startswith("unknown item") or "belongs to lane" in outcome.reason:
+                self._reject(message, outcome.reason)
+            log.info("skipping message for item %s: %s", item_id, outcome.reason)
+            raise SkipMessage(outcome.reason)
+        ctx = ItemContext(lease=outcome.lease, spec=spec, engine=self.engine, worker=self.worker)
+        set_current(ctx)
+        self.heartbeat.add(ctx)
+
+    def after_process_message(
+        self,
+        broker: dramatiq.Broker,
+        message: dramatiq.Message,
+        *,
+        result: Any = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        ctx = peek_current()
+        if ctx is None or message.actor_name != ctx.spec.actor:
+            return
+        set_current(None)
+        self.heartbeat.remove(ctx.item_id)
+        self.finish(ctx, result, exception)
+        self.top_up(broker, ctx)
+
+    def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:
+        ctx = peek_current()
+        if ctx is not None and message.actor_name == ctx.spec.actor:
+            set_current(None)
+            self.heartbeat.remove(ctx.item_id)
+
+    # -- finishing ----------------------------------------------------------------
+    def finish(self, ctx: ItemContext, result: Any, exception: BaseException | None) -> None:
+        lease, spec = ctx.lease, ctx.spec
+        try:
+            if isinstance(exception, Stopped) or (exception is None and ctx.stop_kind == STOP_LOST):
+                kind = exception.kind if isinstance(exception, Stopped) else STOP_LOST
+                if kind == STOP_LOST:
+                    log.warning("item %s token %s: lease lost; nothing written", lease.item_id, lease.token)
+                    if exception is None:
+                        # It finished anyway: try to commit; the fence decides.
+                        self._succeed(ctx, result)
+                    return
+                control = store_items.job_control(self.engine, lease.job_id)
+                with fenced(self.engine, lease.item_id, lease.token, worker=self.worker, what="stop") as s:
+                    store_items.stop(s, lease, control, self.worker, str(exception))
+                return
+            if exception is None:
+                self._succeed(ctx, result)
+                return
+            permanent = isinstance(exception, PhotoError)
+            error = str(exception) if permanent else f"{type(exception).__name__}: {exception}"
+            with fenced(self.engine, lease.item_id, lease.token, worker=self.worker, what="fail") as s:
+                store_items.fail(s, spec, lease, error, self.worker, retry=not permanent)
+        except StaleLease as exc:
+            log.warning("commit refused, lease is stale: %s", exc)
+        except Exception:  # noqa: BLE001 - the store is down: the lease expires and the sweeper retries
+            log.exception(
+                "could not finish item %s; its lease will expire and it will be retried", lease.item_id
+            )
+
+    def _succeed(self, ctx: ItemContext, result: Any) -> None:
+        payload = result if isinstance(result, dict) or result is None else {"value": result}
+        with fenced(self.engine, ctx.lease.item_id, ctx.lease.token, worker=self.worker, what="succeed") as s:
+            store_items.succeed(s, ctx.lease, payload, self.worker)
+
+    def top_up(self, broker: dramatiq.Broker, ctx: ItemContext) -> None:
+        """Refill this lane (and the next one of the job) so workers don't wait for the sweeper."""
+        if self.publisher_factory is None:
+            return
+        try:
+            if self._publisher is None:
+                self._publisher = self.publisher_factory(broker)
+            lanes = [ctx.spec]
+            job_lanes = ctx.lease.job_lanes
+            if ctx.spec.name in job_lanes:
+                nxt = job_lanes.index(ctx.spec.name) + 1
+                if nxt < len(job_lanes) and job_lanes[nxt] in self.specs:
+                    lanes.append(self.specs[job_lanes[nxt]])
+            for spec in lanes:
+                self._publisher.publish(take_for_dispatch(self.engine, spec))
+        except Exception:  # noqa: BLE001 - the sweeper tops up too
+            log.warning("top-up after item %s failed; the sweeper will dispatch", ctx.item_id, exc_info=True)

@@ -1,0 +1,3 @@
+from photojobs.cli import main
+
+main()

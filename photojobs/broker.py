@@ -1,0 +1,68 @@
+"""The Dramatiq side: the broker (with our middleware, without Dramatiq's Retries) and the publisher.
+
+Messages name ``[item_id, token]``. Their Redis id is deterministic (``pj-<item>-<token>``) so the
+sweeper can ask Redis whether a queued item's message is still waiting in its queue.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+
+import dramatiq
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.message import Message
+from dramatiq.middleware import CurrentMessage, TimeLimit
+
+from photojobs.lanes import LaneSpec, all_lanes
+from store.dispatch import Publish
+
+NAMESPACE = "dramatiq"
+
+
+def build_broker(redis_url: str, middleware: Iterable[dramatiq.Middleware] = ()) -> RedisBroker:
+    """A RedisBroker whose retries and leases are the store's business, not Dramatiq's."""
+    broker = RedisBroker(
+        url=redis_url,
+        namespace=NAMESPACE,
+        middleware=[TimeLimit(), CurrentMessage(), *middleware],
+        heartbeat_timeout=15000,
+    )
+    return broker
+
+
+def lane_message(spec: LaneSpec, item_id: int, token: int) -> Message:
+    return Message(
+        queue_name=spec.queue,
+        actor_name=spec.actor,
+        args=(item_id, token),
+        kwargs={},
+        options={"redis_message_id": f"pj-{item_id}-{token}"},
+        message_id=str(uuid.uuid4()),
+    )
+
+
+class RedisPublisher:
+    """Publishes dispatched items and answers whether Redis still holds an item's message."""
+
+    def __init__(self, broker: RedisBroker, specs: dict[str, LaneSpec] | None = None) -> None:
+        self.broker = broker
+        self.specs = specs or all_lanes()
+
+    def publish(self, items: list[Publish]) -> None:
+        for p in items:
+            spec = self.specs[p.lane]
+            message = lane_message(spec, p.item_id, p.token)
+            reason = spec.message_args_valid(list(message.args), message.kwargs)
+            if reason:  # validated on enqueue as well as on receipt
+                raise ValueError(f"refusing to publish an invalid {spec.name} message: {reason}")
+            self.broker.do_enqueue(spec.queue, p.message_id, message.encode())
+
+    def holds(self, item: Publish) -> bool:
+        """True while the message still waits in its Redis queue (not lost, not fetched)."""
+        spec = self.specs[item.lane]
+        key = f"{NAMESPACE}:{spec.queue}"
+        return self.broker.client.lpos(key, item.message_id) is not None
+
+    def queue_length(self, lane: str) -> int:
+        return int(self.broker.client.llen(f"{NAMESPACE}:{self.specs[lane].queue}"))

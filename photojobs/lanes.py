@@ -1,0 +1,126 @@
+"""Lane declarations: one per lane, each overridable by environment.
+
+A lane is a typed queue: its own Redis queue and actor, message schema, photo-lock mode, lease
+TTL, time limit, attempt limit, backoff, worker threads, broker bound and backlog bound.
+Environment overrides: ``PHOTOJOBS_LEASE_TTL`` and ``PHOTOJOBS_MAX_ATTEMPTS`` for every lane, and
+``PHOTOJOBS_LANE_<LANE>_<FIELD>`` (e.g. ``PHOTOJOBS_LANE_EXIF_BOUND=64``) for one lane.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+SHARED = "S"
+EXCLUSIVE = "X"
+NO_LOCK = ""
+
+QUEUE_PREFIX = "photojobs."
+ACTOR_PREFIX = "lane_"
+
+
+@dataclass(frozen=True)
+class LaneSpec:
+    name: str
+    lock: str  # SHARED, EXCLUSIVE or NO_LOCK
+    lease_ttl: float = 10.0
+    time_limit: float = 600.0
+    max_attempts: int = 3
+    backoff: float = 1.0  # first retry delay; doubles per attempt
+    backoff_max: float = 60.0
+    threads: int = 4  # worker threads per worker process serving this lane
+    bound: int = 0  # most messages in Redis at once; 0 = 2 x threads x PHOTOJOBS_FLEET_PROCESSES
+    backlog: int = 1_000_000  # most unfinished items in the store before submit refuses
+    lock_retry: float = 0.2  # delay before retrying an item whose photo is locked
+
+    @property
+    def queue(self) -> str:
+        return QUEUE_PREFIX + self.name
+
+    @property
+    def actor(self) -> str:
+        return ACTOR_PREFIX + self.name
+
+    @property
+    def effective_bound(self) -> int:
+        if self.bound > 0:
+            return self.bound
+        fleet = int(os.environ.get("PHOTOJOBS_FLEET_PROCESSES", "2"))
+        return max(2, 2 * self.threads * fleet)
+
+    def retry_delay(self, attempt: int) -> float:
+        return min(self.backoff_max, self.backoff * (2 ** max(0, attempt - 1)))
+
+    def message_args_valid(self, args: Any, kwargs: Any) -> str | None:
+        """The lane's message schema: ``args == [item_id:int>0, token:int>=0]``, no kwargs.
+
+        Returns None when valid, else the reason.
+        """
+        if not isinstance(args, list | tuple) or len(args) != 2:
+            return f"expected args [item_id, token], got {args!r}"
+        item_id, token = args
+        if not isinstance(item_id, int) or isinstance(item_id, bool) or item_id <= 0:
+            return f"item id must be a positive integer, got {item_id!r}"
+        if not isinstance(token, int) or isinstance(token, bool) or token < 0:
+            return f"token must be a non-negative integer, got {token!r}"
+        if kwargs:
+            return f"unexpected kwargs {sorted(kwargs)!r}"
+        return None
+
+
+_DEFAULTS: dict[str, LaneSpec] = {
+    "noop": LaneSpec("noop", NO_LOCK, threads=8, backlog=1_000_000),
+    "analysis": LaneSpec("analysis", SHARED, threads=2, time_limit=300.0),
+    "exif": LaneSpec("exif", EXCLUSIVE, threads=4),
+    "rename": LaneSpec("rename", EXCLUSIVE, threads=4),
+    "upload": LaneSpec("upload", SHARED, threads=4, time_limit=3600.0),
+    "archive": LaneSpec("archive", EXCLUSIVE, threads=2, time_limit=3600.0),
+}
+LANE_NAMES: tuple[str, ...] = tuple(_DEFAULTS)
+PHOTO_LANES: tuple[str, ...] = ("analysis", "exif", "rename", "upload", "archive")
+
+
+def _coerce(value: str, like: Any) -> Any:
+    if isinstance(like, bool):
+        return value.lower() in ("1", "true", "yes")
+    if isinstance(like, int):
+        return int(value)
+    if isinstance(like, float):
+        return float(value)
+    return value
+
+
+def lane_spec(name: str, env: dict[str, str] | None = None) -> LaneSpec:
+    """The declaration of lane ``name`` with environment overrides applied."""
+    env = dict(os.environ) if env is None else env
+    if name not in _DEFAULTS:
+        raise KeyError(f"unknown lane {name!r}; lanes are: {', '.join(LANE_NAMES)}")
+    spec = _DEFAULTS[name]
+    changes: dict[str, Any] = {}
+    if "PHOTOJOBS_LEASE_TTL" in env:
+        changes["lease_ttl"] = float(env["PHOTOJOBS_LEASE_TTL"])
+    if "PHOTOJOBS_MAX_ATTEMPTS" in env:
+        changes["max_attempts"] = int(env["PHOTOJOBS_MAX_ATTEMPTS"])
+    for f in fields(LaneSpec):
+        key = f"PHOTOJOBS_LANE_{name.upper()}_{f.name.upper()}"
+        if key in env and f.name != "name":
+            changes[f.name] = _coerce(env[key], getattr(spec, f.name))
+    return replace(spec, **changes) if changes else spec
+
+
+def all_lanes(env: dict[str, str] | None = None) -> dict[str, LaneSpec]:
+    return {name: lane_spec(name, env) for name in LANE_NAMES}
+
+
+def parse_lanes(text: str | list[str]) -> list[str]:
+    """``"analysis,exif"`` -> ``["analysis", "exif"]``, refusing unknown or repeated lanes."""
+    names = [n.strip() for n in (text.split(",") if isinstance(text, str) else text) if n.strip()]
+    if not names:
+        raise ValueError(f"no lanes given; lanes are: {', '.join(LANE_NAMES)}")
+    unknown = [n for n in names if n not in _DEFAULTS]
+    if unknown:
+        raise ValueError(f"unknown lane(s) {', '.join(unknown)}; lanes are: {', '.join(LANE_NAMES)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"a lane appears twice in {','.join(names)}")
+    return names

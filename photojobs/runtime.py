@@ -1,0 +1,38 @@
+"""Wiring for worker processes: the broker with the lease middleware, engines and publishers."""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import dramatiq
+from dramatiq.brokers.redis import RedisBroker
+from sqlalchemy import Engine
+
+from middleware.lease import LeaseMiddleware
+from photojobs.broker import RedisPublisher, build_broker
+from photojobs.config import Settings
+from photojobs.lanes import all_lanes
+from store.engine import make_engine
+
+log = logging.getLogger("photojobs")
+
+
+@functools.cache
+def engine_for(url: str) -> Engine:
+    return make_engine(url)
+
+
+def setup_worker_broker(settings: Settings | None = None) -> RedisBroker:
+    """The broker ``dramatiq actors`` runs with; set as Dramatiq's global broker."""
+    settings = settings or Settings.from_env()
+    specs = all_lanes(settings.env)
+    lease = LeaseMiddleware(
+        specs,
+        engine_factory=lambda: engine_for(settings.database_url),
+        heartbeat_interval=settings.heartbeat_interval,
+        publisher_factory=lambda broker: RedisPublisher(broker, specs),
+    )
+    broker = build_broker(settings.redis_url, [lease])
+    dramatiq.set_broker(broker)
+    return broker

@@ -1,0 +1,71 @@
+"""The sweeper as an APScheduler job (inside ``photojobs worker``/``run``, or alone: ``photojobs sweep``)."""
+
+from __future__ import annotations
+
+import logging
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from photojobs.broker import RedisPublisher, build_broker
+from photojobs.config import Settings
+from photojobs.lanes import all_lanes
+from store.engine import make_engine
+from store.sweeper import SweepReport, sweep_once
+
+log = logging.getLogger("photojobs.sweeper")
+
+
+class Sweeper:
+    """Runs ``store.sweeper.sweep_once`` every ``settings.sweep_interval`` seconds."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.specs = all_lanes(settings.env)
+        self.engine = make_engine(settings.database_url)
+        self.broker = build_broker(settings.redis_url)
+        self.publisher = RedisPublisher(self.broker, self.specs)
+        self.scheduler: BackgroundScheduler | None = None
+        self.passes = 0
+        self.last: SweepReport | None = None
+
+    def once(self) -> SweepReport:
+        report = sweep_once(
+            self.engine, self.specs, self.publisher, republish_after=self.settings.republish_after
+        )
+        self.passes += 1
+        self.last = report
+        if report.revoked or report.republished or report.quarantined:
+            log.info(
+                "sweep: revoked %d lease(s), quarantined %d, re-published %d, dispatched %d",
+                report.revoked,
+                report.quarantined,
+                report.republished,
+                report.dispatched,
+            )
+        return report
+
+    def _tick(self) -> None:
+        try:
+            self.once()
+        except Exception:  # noqa: BLE001 - keep sweeping through a database or Redis blip
+            log.exception("sweep pass failed; retrying next interval")
+
+    def start(self) -> None:
+        self.scheduler = BackgroundScheduler(daemon=True)
+        self.scheduler.add_job(
+            self._tick,
+            "interval",
+            seconds=self.settings.sweep_interval,
+            max_instances=1,
+            coalesce=True,
+            id="photojobs-sweep",
+        )
+        self.scheduler.start()
+        self._tick()
+
+    def stop(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.shutdown(wait=True)
+            self.scheduler = None
+        self.broker.close()
+        self.engine.dispose()

@@ -1,0 +1,154 @@
+"""The dispatcher: keeps at most a lane's bound of messages in Redis; the rest wait as ``pending``.
+
+``take_for_dispatch`` moves ready items to ``queued`` (fairly across jobs) and returns what to
+publish *after* the transaction commits. If the publisher dies between commit and publish, the
+sweeper finds the ``queued`` item whose message Redis does not hold and publishes it again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import zip_longest
+
+from sqlalchemy import Engine, func, select, text, update
+from sqlalchemy.orm import Session
+
+from photojobs.lanes import LaneSpec
+
+from .clock import db_now
+from .events import emit_many
+from .models import PENDING, QUEUED, Item, Job
+
+DISPATCH_LOCK_BASE = 0x64697370000  # "disp" + lane index
+
+
+@dataclass(frozen=True)
+class Publish:
+    item_id: int
+    token: int
+    lane: str
+
+    @property
+    def message_id(self) -> str:
+        """Deterministic: the same (item, token) is one message, so Redis can be asked if it holds it."""
+        return f"pj-{self.item_id}-{self.token}"
+
+
+def _lane_lock(s: Session, lane: str) -> bool:
+    if s.get_bind().dialect.name != "postgresql":
+        return True  # SQLite: BEGIN IMMEDIATE already serializes
+    key = DISPATCH_LOCK_BASE + sum(ord(c) for c in lane)
+    return bool(s.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": key}).scalar_one())
+
+
+def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = None) -> list[Publish]:
+    """Move up to (bound - queued) ready items of the lane to ``queued``; round-robin over jobs."""
+    bound = spec.effective_bound if bound is None else bound
+    with Session(engine) as s, s.begin():
+        if not _lane_lock(s, spec.name):
+            return []  # another dispatcher of this lane is at work right now
+        queued = s.execute(
+            select(func.count()).select_from(Item).where(Item.lane == spec.name, Item.state == QUEUED)
+        ).scalar_one()
+        room = bound - queued
+        if room <= 0:
+            return []
+        now = s.execute(select(db_now())).scalar_one()
+        job_ids = (
+            s.execute(
+                select(Item.job_id)
+                .where(Item.lane == spec.name, Item.state == PENDING)
+                .distinct()
+                .order_by(Item.job_id)
+            )
+            .scalars()
+            .all()
+        )
+        if not job_ids:
+            return []
+        live = set(s.execute(select(Job.id).where(Job.id.in_(job_ids), Job.control.is_(None))).scalars())
+        per_job = []
+        for job_id in job_ids:
+            if job_id not in live:
+                continue
+            per_job.append(
+                s.execute(
+                    select(Item.id, Item.fencing_token, Item.job_id, Item.photo_id)
+                    .where(
+                        Item.lane == spec.name,
+                        Item.state == PENDING,
+                        Item.job_id == job_id,
+                        Item.not_before <= now,
+                    )
+                    .order_by(Item.id)
+                    .limit(room)
+                ).all()
+            )
+        picked = [r for group in zip_longest(*per_job) for r in group if r is not None][:room]
+        if not picked:
+            return []
+        s.execute(
+            update(Item)
+            .where(Item.id.in_([r.id for r in picked]), Item.state == PENDING)
+            .values(state=QUEUED, queued_at=now, updated_at=now)
+        )
+        emit_many(
+            s,
+            [
+                {
+                    "type": "item_queued",
+                    "job_id": r.job_id,
+                    "item_id": r.id,
+                    "photo_id": r.photo_id,
+                    "lane": spec.name,
+                    "token": r.fencing_token,
+                }
+                for r in picked
+            ],
+        )
+    return [Publish(r.id, r.fencing_token, spec.name) for r in picked]
+
+
+def stale_queued(engine: Engine, older_than: float, limit: int = 1000) -> list[Publish]:
+    """``queued`` items whose message was published more than ``older_than`` seconds ago."""
+    with Session(engine) as s:
+        rows = s.execute(
+            select(Item.id, Item.fencing_token, Item.lane)
+            .where(Item.state == QUEUED, Item.queued_at < db_now() - older_than)
+            .order_by(Item.queued_at)
+            .limit(limit)
+        ).all()
+    return [Publish(r.id, r.fencing_token, r.lane) for r in rows]
+
+
+def mark_republished(engine: Engine, items: list[Publish], reason: str) -> list[Publish]:
+    """Refresh ``queued_at`` of the items still queued with the same token; returns those to publish."""
+    if not items:
+        return []
+    out: list[Publish] = []
+    with Session(engine) as s, s.begin():
+        for p in items:
+            row = s.execute(
+                update(Item)
+                .where(Item.id == p.item_id, Item.fencing_token == p.token, Item.state == QUEUED)
+                .values(queued_at=db_now())
+                .returning(Item.job_id, Item.photo_id)
+            ).first()
+            if row is None:
+                continue
+            out.append(p)
+            emit_many(
+                s,
+                [
+                    {
+                        "type": "item_republished",
+                        "job_id": row.job_id,
+                        "item_id": p.item_id,
+                        "photo_id": row.photo_id,
+                        "lane": p.lane,
+                        "token": p.token,
+                        "detail": {"reason": reason},
+                    }
+                ],
+            )
+    return out

@@ -1,0 +1,73 @@
+"""Engine and session setup for SQLite (WAL, busy timeout, foreign keys) and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
+
+DEFAULT_SQLITE_NAME = "photojobs.db"
+
+
+def database_url(state_dir: Path | None = None) -> str:
+    """``PHOTOJOBS_DATABASE_URL``, else a SQLite file in ``state_dir`` (default: the working dir)."""
+    url = os.environ.get("PHOTOJOBS_DATABASE_URL")
+    if url:
+        return url
+    folder = Path(state_dir) if state_dir is not None else Path.cwd()
+    return f"sqlite:///{(folder / DEFAULT_SQLITE_NAME).resolve()}"
+
+
+def normalise_url(url: str) -> str:
+    """Use psycopg 3 for ``postgresql://`` URLs."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def make_engine(url: str, *, pool_size: int = 5) -> Engine:
+    """An engine with the settings the protocol relies on.
+
+    SQLite: WAL journal, ``synchronous=NORMAL``, a 30 s busy timeout, foreign keys on, and every
+    transaction opened with ``BEGIN IMMEDIATE`` so that a read-then-write transaction holds the
+    write lock from its start (the SQLite equivalent of ``SELECT … FOR UPDATE``; no upgrade deadlocks).
+    PostgreSQL: psycopg 3, READ COMMITTED, row locks taken explicitly by the store.
+    """
+    url = normalise_url(url)
+    if url.startswith("sqlite"):
+        path = make_url(url).database
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            url, poolclass=NullPool, connect_args={"timeout": 30, "check_same_thread": False}
+        )
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_connect(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+            dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(conn) -> None:  # type: ignore[no-untyped-def]
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    return create_engine(url, pool_size=pool_size, max_overflow=10, pool_pre_ping=True)
+
+
+def is_postgres(engine: Engine) -> bool:
+    return engine.dialect.name == "postgresql"
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)

@@ -1,0 +1,77 @@
+"""Fenced sessions: every write a running item makes commits only while its lease still holds.
+
+At the commit boundary (SQLAlchemy ``before_commit``) the session re-reads the item under a row
+lock (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite already holds the write lock from
+``BEGIN IMMEDIATE``) and raises ``StaleLease`` unless the item is still ``running`` with the
+session's fencing token. The transaction then rolls back whole; ``fenced`` records a
+``stale_commit_rejected`` event in a transaction of its own and re-raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Engine, event, select
+from sqlalchemy.orm import Session
+
+from .errors import StaleLease
+from .events import emit
+from .models import RUNNING, Item
+
+
+class FencedSession(Session):
+    """A session bound to one lease: (item id, fencing token)."""
+
+    def __init__(self, bind: Engine, item_id: int, token: int, **kw: object) -> None:
+        super().__init__(bind=bind, expire_on_commit=False, **kw)  # type: ignore[arg-type]
+        self.fence_item_id = item_id
+        self.fence_token = token
+
+
+@event.listens_for(FencedSession, "before_commit")
+def _check_fence(session: FencedSession) -> None:
+    row = session.execute(
+        select(Item.state, Item.fencing_token).where(Item.id == session.fence_item_id).with_for_update()
+    ).first()
+    if row is None or row.state != RUNNING or row.fencing_token != session.fence_token:
+        raise StaleLease(
+            session.fence_item_id,
+            session.fence_token,
+            row.state if row else None,
+            row.fencing_token if row else None,
+        )
+
+
+@contextmanager
+def fenced(
+    engine: Engine, item_id: int, token: int, *, worker: str | None = None, what: str = "commit"
+) -> Iterator[FencedSession]:
+    """A transaction that commits only if the lease (item_id, token) still holds."""
+    session = FencedSession(engine, item_id, token)
+    try:
+        with session.begin():
+            yield session
+    except StaleLease as exc:
+        session.rollback()
+        record_stale_commit(engine, exc, worker=worker, what=what)
+        raise
+    finally:
+        session.close()
+
+
+def record_stale_commit(engine: Engine, exc: StaleLease, *, worker: str | None, what: str) -> None:
+    with Session(engine) as s, s.begin():
+        item = s.get(Item, exc.item_id)
+        emit(
+            s,
+            "stale_commit_rejected",
+            job_id=item.job_id if item else None,
+            item_id=exc.item_id,
+            photo_id=item.photo_id if item else None,
+            lane=item.lane if item else None,
+            attempt=item.attempt if item else None,
+            token=exc.token,
+            worker=worker,
+            detail={"what": what, "current_state": exc.current_state, "current_token": exc.current_token},
+        )

@@ -1,0 +1,379 @@
+"""Item operations of the lease protocol: claim, renew, checkpoint, finish, release.
+
+Every state change is a compare-and-set on (item id, fencing token, state) and writes its event
+in the same transaction. Times come from the database clock (``db_now``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, delete, insert, select, tuple_, update
+from sqlalchemy.orm import Session
+
+from photojobs.lanes import EXCLUSIVE, NO_LOCK, LaneSpec
+
+from .clock import db_now
+from .events import emit, emit_many
+from .models import (
+    CANCEL,
+    CANCELLED,
+    FAILED,
+    PAUSE,
+    PAUSED,
+    PENDING,
+    QUEUED,
+    RUNNING,
+    SKIPPED,
+    SUCCEEDED,
+    WAITING,
+    Item,
+    ItemPhoto,
+    Job,
+    Photo,
+    PhotoLock,
+)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """What a worker holds after a successful claim."""
+
+    item_id: int
+    token: int
+    job_id: int
+    lane: str
+    position: int
+    photo_id: int | None
+    photo_ids: tuple[int, ...]
+    attempt: int
+    checkpoint: dict[str, Any] | None
+    params: dict[str, Any]
+    roots: list[str]
+    photo_path: str | None
+    job_lanes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClaimOutcome:
+    lease: Lease | None
+    reason: str  # "claimed", or why the message was skipped / deferred
+    deferred: bool = False
+
+
+def item_photo_ids(s: Session, item: Item) -> tuple[int, ...]:
+    extra = s.execute(select(ItemPhoto.photo_id).where(ItemPhoto.item_id == item.id)).scalars().all()
+    ids = set(extra)
+    if item.photo_id is not None:
+        ids.add(item.photo_id)
+    return tuple(sorted(ids))
+
+
+def _lock_conflicts(s: Session, item_id: int, photo_ids: tuple[int, ...], mode: str) -> list[tuple[int, int]]:
+    """Take the photos' row locks in ascending id order, then list conflicting photo locks."""
+    if not photo_ids:
+        return []
+    s.execute(select(Photo.id).where(Photo.id.in_(photo_ids)).order_by(Photo.id).with_for_update()).all()
+    held = s.execute(
+        select(PhotoLock.photo_id, PhotoLock.item_id, PhotoLock.mode).where(
+            PhotoLock.photo_id.in_(photo_ids), PhotoLock.item_id != item_id
+        )
+    ).all()
+    return [(h.photo_id, h.item_id) for h in held if mode == EXCLUSIVE or h.mode == EXCLUSIVE]
+
+
+def claim(engine: Engine, spec: LaneSpec, item_id: int, token: int, worker: str) -> ClaimOutcome:
+    """Claim = one transaction: CAS queued/pending -> running, bump token and attempt, set the lease
+    from the database clock, take the photo locks (all or nothing), write ``item_claimed``.
+
+    A message whose (item, token) is not claimable is skipped. When a photo is locked by other work
+    the item goes back to ``pending`` with a short ``not_before`` and nothing is held.
+    """
+    with Session(engine) as s, s.begin():
+        item = s.execute(select(Item).where(Item.id == item_id).with_for_update()).scalar_one_or_none()
+        if item is None:
+            return ClaimOutcome(None, f"unknown item {item_id}")
+        if item.lane != spec.name:
+            return ClaimOutcome(None, f"item {item_id} belongs to lane {item.lane!r}, not {spec.name!r}")
+        if item.fencing_token != token:
+            return ClaimOutcome(None, f"stale token {token}: item {item_id} is at token {item.fencing_token}")
+        if item.state not in (QUEUED, PENDING):
+            return ClaimOutcome(None, f"item {item_id} is {item.state}, not claimable")
+        photo_ids = item_photo_ids(s, item)
+        if spec.lock != NO_LOCK:
+            conflicts = _lock_conflicts(s, item_id, photo_ids, spec.lock)
+            if conflicts:
+                s.execute(
+                    update(Item)
+                    .where(Item.id == item_id)
+                    .values(
+                        state=PENDING,
+                        queued_at=None,
+                        not_before=db_now() + spec.lock_retry,
+                        updated_at=db_now(),
+                    )
+                )
+                emit(
+                    s,
+                    "item_deferred",
+                    job_id=item.job_id,
+                    item_id=item_id,
+                    photo_id=item.photo_id,
+                    lane=item.lane,
+                    attempt=item.attempt,
+                    token=token,
+                    worker=worker,
+                    detail={"reason": "photo locked", "photo": conflicts[0][0], "held_by": conflicts[0][1]},
+                )
+                return ClaimOutcome(None, f"photo {conflicts[0][0]} locked by item {conflicts[0][1]}", True)
+        new_token = token + 1
+        attempt = item.attempt + 1
+        s.execute(
+            update(Item)
+            .where(Item.id == item_id, Item.fencing_token == token)
+            .values(
+                state=RUNNING,
+                fencing_token=new_token,
+                attempt=attempt,
+                lease_owner=worker,
+                lease_ttl=spec.lease_ttl,
+                lease_expires_at=db_now() + spec.lease_ttl,
+                queued_at=None,
+                updated_at=db_now(),
+            )
+        )
+        if spec.lock != NO_LOCK and photo_ids:
+            s.execute(
+                insert(PhotoLock),
+                [
+                    {"photo_id": p, "item_id": item_id, "mode": spec.lock, "token": new_token}
+                    for p in photo_ids
+                ],
+            )
+        emit(
+            s,
+            "item_claimed",
+            job_id=item.job_id,
+            item_id=item_id,
+            photo_id=item.photo_id,
+            lane=item.lane,
+            attempt=attempt,
+            token=new_token,
+            worker=worker,
+            detail={"photos": list(photo_ids)} if len(photo_ids) > 1 else None,
+        )
+        job = s.get(Job, item.job_id)
+        assert job is not None
+        photo_path = s.get(Photo, item.photo_id).path if item.photo_id is not None else None  # type: ignore[union-attr]
+        lease = Lease(
+            item_id=item_id,
+            token=new_token,
+            job_id=item.job_id,
+            lane=item.lane,
+            position=item.position,
+            photo_id=item.photo_id,
+            photo_ids=photo_ids,
+            attempt=attempt,
+            checkpoint=item.checkpoint,
+            params=dict(job.params or {}),
+            roots=list(job.roots or []),
+            photo_path=photo_path,
+            job_lanes=tuple(job.lanes or ()),
+        )
+        return ClaimOutcome(lease, "claimed")
+
+
+@dataclass(frozen=True)
+class Renewal:
+    held: dict[int, str | None]  # item id -> job control request (None, "cancel", "pause")
+    lost: set[int]
+
+
+def renew(engine: Engine, leases: Mapping[int, int]) -> Renewal:
+    """Heartbeat: extend every lease in ``leases`` ({item id: token}) in one statement, guarded by token.
+
+    Returns which are still held (with their job's control request) and which were lost.
+    """
+    if not leases:
+        return Renewal({}, set())
+    pairs = list(leases.items())
+    with Session(engine) as s, s.begin():
+        renewed = s.execute(
+            update(Item)
+            .where(Item.state == RUNNING, tuple_(Item.id, Item.fencing_token).in_(pairs))
+            .values(lease_expires_at=db_now() + Item.lease_ttl)
+            .returning(Item.id, Item.job_id)
+        ).all()
+        job_ids = {r.job_id for r in renewed}
+        controls = (
+            dict(s.execute(select(Job.id, Job.control).where(Job.id.in_(job_ids))).all()) if job_ids else {}
+        )
+    held = {r.id: controls.get(r.job_id) for r in renewed}
+    return Renewal(held, set(leases) - set(held))
+
+
+def save_checkpoint(s: Session, lease: Lease, data: dict[str, Any]) -> None:
+    """Store the item's checkpoint (call inside a fenced session)."""
+    s.execute(
+        update(Item)
+        .where(Item.id == lease.item_id, Item.fencing_token == lease.token)
+        .values(checkpoint=data)
+    )
+
+
+def job_control(engine: Engine, job_id: int) -> str | None:
+    with Session(engine) as s:
+        return s.execute(select(Job.control).where(Job.id == job_id)).scalar_one_or_none()
+
+
+def _end_lease(s: Session, lease: Lease, **values: Any) -> None:
+    """CAS the running item to its next state and drop its photo locks (the fence guards the commit)."""
+    s.execute(
+        update(Item)
+        .where(Item.id == lease.item_id, Item.fencing_token == lease.token, Item.state == RUNNING)
+        .values(lease_owner=None, lease_expires_at=None, updated_at=db_now(), **values)
+    )
+    s.execute(delete(PhotoLock).where(PhotoLock.item_id == lease.item_id))
+
+
+def _event(
+    s: Session, type: str, lease: Lease, worker: str | None, detail: dict[str, Any] | None = None
+) -> None:
+    emit(
+        s,
+        type,
+        job_id=lease.job_id,
+        item_id=lease.item_id,
+        photo_id=lease.photo_id,
+        lane=lease.lane,
+        attempt=lease.attempt,
+        token=lease.token,
+        worker=worker,
+        detail=detail,
+    )
+
+
+def succeed(s: Session, lease: Lease, result: dict[str, Any] | None, worker: str | None) -> None:
+    """Finish a running item as ``succeeded`` and make the photo's next lane ready (fenced session)."""
+    _end_lease(s, lease, state=SUCCEEDED, result=result, error=None)
+    _event(s, "item_succeeded", lease, worker, {"result": result} if result else None)
+    advance_pipeline(s, lease.job_id, lease.position, lease.photo_ids)
+
+
+def fail(
+    s: Session, spec: LaneSpec, lease: Lease, error: str, worker: str | None, *, retry: bool = True
+) -> str:
+    """Finish a running item after an error: ``pending`` with backoff while attempts remain, else ``failed``.
+
+    Returns the new state.
+    """
+    if retry and lease.attempt < spec.max_attempts:
+        delay = spec.retry_delay(lease.attempt)
+        state = ready_state(s, lease.job_id)
+        _end_lease(s, lease, state=state, error=error, not_before=db_now() + delay)
+        _event(s, "item_retry_scheduled", lease, worker, {"error": error, "delay": delay, "state": state})
+        return state
+    _end_lease(s, lease, state=FAILED, error=error)
+    _event(s, "item_failed", lease, worker, {"error": error})
+    skip_successors(s, lease.job_id, lease.position, lease.photo_ids, f"{lease.lane} failed: {error}")
+    return FAILED
+
+
+def stop(s: Session, lease: Lease, control: str | None, worker: str | None, reason: str) -> str:
+    """End a running item that stopped cooperatively: ``cancelled``, ``paused``, or back to ``pending``
+    (worker shutdown; that attempt is not counted against the item)."""
+    if control == CANCEL:
+        _end_lease(s, lease, state=CANCELLED)
+        _event(s, "item_cancelled", lease, worker, {"reason": reason})
+        return CANCELLED
+    if control == PAUSE:
+        _end_lease(s, lease, state=PAUSED)
+        _event(s, "item_paused", lease, worker, {"reason": reason})
+        return PAUSED
+    state = ready_state(s, lease.job_id)
+    _end_lease(s, lease, state=state, attempt=Item.attempt - 1)
+    _event(s, "item_released", lease, worker, {"reason": reason, "state": state})
+    return state
+
+
+def ready_state(s: Session, job_id: int) -> str:
+    """The state an item becomes when it is ready to run: ``pending``, or ``paused``/``cancelled``
+    when its job asks so. Reads the job under a share lock so a concurrent cancel/pause (which
+    locks the job row for update) sees this transaction's result and sweeps it up."""
+    control = s.execute(select(Job.control).where(Job.id == job_id).with_for_update(read=True)).scalar_one()
+    return {CANCEL: CANCELLED, PAUSE: PAUSED}.get(control or "", PENDING)
+
+
+def _successors(s: Session, job_id: int, position: int, photo_ids: Iterable[int]) -> list[Item]:
+    ids = tuple(photo_ids)
+    if not ids:
+        return []
+    return list(
+        s.execute(
+            select(Item).where(
+                Item.job_id == job_id, Item.position > position, Item.photo_id.in_(ids), Item.state == WAITING
+            )
+        ).scalars()
+    )
+
+
+def advance_pipeline(s: Session, job_id: int, position: int, photo_ids: Iterable[int]) -> None:
+    """The photo's item of the next lane becomes ready (pending, or paused/cancelled per the job)."""
+    nxt = [i for i in _successors(s, job_id, position, photo_ids) if i.position == position + 1]
+    if not nxt:
+        return
+    state = ready_state(s, job_id)
+    s.execute(update(Item).where(Item.id.in_([i.id for i in nxt])).values(state=state, updated_at=db_now()))
+    emit_many(
+        s,
+        [
+            {
+                "type": "item_ready" if state == PENDING else f"item_{state}",
+                "job_id": job_id,
+                "item_id": i.id,
+                "photo_id": i.photo_id,
+                "lane": i.lane,
+                "token": i.fencing_token,
+                "detail": {"state": state},
+            }
+            for i in nxt
+        ],
+    )
+
+
+def skip_successors(s: Session, job_id: int, position: int, photo_ids: Iterable[int], reason: str) -> None:
+    """Every later lane's item of the photo becomes ``skipped`` with the reason."""
+    later = _successors(s, job_id, position, photo_ids)
+    if not later:
+        return
+    s.execute(
+        update(Item)
+        .where(Item.id.in_([i.id for i in later]))
+        .values(state=SKIPPED, error=reason, updated_at=db_now())
+    )
+    emit_many(
+        s,
+        [
+            {
+                "type": "item_skipped",
+                "job_id": job_id,
+                "item_id": i.id,
+                "photo_id": i.photo_id,
+                "lane": i.lane,
+                "token": i.fencing_token,
+                "detail": {"reason": reason},
+            }
+            for i in later
+        ],
+    )
+
+
+def item_row(engine: Engine, item_id: int) -> dict[str, Any] | None:
+    """One item as a dict (for status displays and tests)."""
+    with Session(engine) as s:
+        item = s.get(Item, item_id)
+        if item is None:
+            return None
+        return {c.name: getattr(item, c.name) for c in Item.__table__.columns}

@@ -1,0 +1,173 @@
+"""SQLAlchemy models: jobs, photos, items, photo locks, file-effect intents and the event log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Item states (DESIGN.md "Model").
+WAITING = "waiting"  # an earlier lane of the pipeline is not done for this photo
+PENDING = "pending"  # ready, no message in the broker
+QUEUED = "queued"  # a message is (believed to be) in Redis
+RUNNING = "running"  # leased by a worker
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+CANCELLED = "cancelled"
+SKIPPED = "skipped"
+PAUSED = "paused"
+
+TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, SKIPPED})
+NOT_STARTED = frozenset({WAITING, PENDING, QUEUED, PAUSED})
+ALL_STATES = (WAITING, PENDING, QUEUED, RUNNING, PAUSED, SUCCEEDED, FAILED, CANCELLED, SKIPPED)
+
+# Job control requests.
+CANCEL = "cancel"
+PAUSE = "pause"
+
+# Photo lock modes.
+SHARED = "S"
+EXCLUSIVE = "X"
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    lanes: Mapped[list[Any]] = mapped_column(JSON)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    roots: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    fingerprint: Mapped[str] = mapped_column(String(64), index=True)
+    control: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Photo(Base):
+    __tablename__ = "photos"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    path: Mapped[str] = mapped_column(Text, unique=True)
+    size: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class Item(Base):
+    __tablename__ = "items"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    lane: Mapped[str] = mapped_column(String(32))
+    position: Mapped[int] = mapped_column(Integer)  # index of the lane in the job's pipeline
+    photo_id: Mapped[int | None] = mapped_column(ForeignKey("photos.id"), nullable=True)
+    state: Mapped[str] = mapped_column(String(16))
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    fencing_token: Mapped[int] = mapped_column(Integer, default=0)
+    lease_owner: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    lease_ttl: Mapped[float | None] = mapped_column(Float, nullable=True)
+    lease_expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    not_before: Mapped[float] = mapped_column(Float, default=0.0)
+    queued_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    checkpoint: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (
+        Index("ix_items_dispatch", "lane", "state", "job_id", "id"),
+        Index("ix_items_lease", "state", "lease_expires_at"),
+        Index("ix_items_job_photo", "job_id", "photo_id", "position"),
+        Index("ix_items_job_state", "job_id", "lane", "state"),
+    )
+
+
+class ItemPhoto(Base):
+    """Extra photos of an item that names several (an archive bundle)."""
+
+    __tablename__ = "item_photos"
+
+    item_id: Mapped[int] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"), primary_key=True)
+    photo_id: Mapped[int] = mapped_column(ForeignKey("photos.id"), primary_key=True)
+
+
+class PhotoLock(Base):
+    """A held photo lock; part of its item's lease (released by its commit, freed on revoke)."""
+
+    __tablename__ = "photo_locks"
+
+    photo_id: Mapped[int] = mapped_column(ForeignKey("photos.id"), primary_key=True)
+    item_id: Mapped[int] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"), primary_key=True)
+    mode: Mapped[str] = mapped_column(String(1))
+    token: Mapped[int] = mapped_column(Integer)
+
+    __table_args__ = (Index("ix_photo_locks_item", "item_id"),)
+
+
+class Intent(Base):
+    """A recorded file effect: staged file -> target, applied at most once."""
+
+    __tablename__ = "intents"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    item_id: Mapped[int] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"), index=True)
+    token: Mapped[int] = mapped_column(Integer)
+    photo_id: Mapped[int | None] = mapped_column(ForeignKey("photos.id"), nullable=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    staged: Mapped[str] = mapped_column(Text)
+    target: Mapped[str] = mapped_column(Text)
+    source: Mapped[str | None] = mapped_column(Text, nullable=True)
+    sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    state: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_intents_target", "target"),)
+
+
+class Event(Base):
+    """One row per committed state change (transactional outbox).
+
+    ``id`` is assigned at insert and may commit out of order on PostgreSQL; ``seq`` (the
+    reader's cursor) is assigned afterwards, in commit order, by ``store.events.assign_cursors``.
+    """
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    job_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    item_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    photo_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    lane: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    type: Mapped[str] = mapped_column(String(40))
+    attempt: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    token: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    worker: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    at: Mapped[float] = mapped_column(Float)
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+    __table_args__ = (
+        UniqueConstraint("seq", name="uq_events_seq"),
+        Index(
+            "ix_events_unsequenced",
+            "id",
+            postgresql_where=text("seq IS NULL"),
+            sqlite_where=text("seq IS NULL"),
+        ),
+        Index("ix_events_job_seq", "job_id", "seq"),
+    )
