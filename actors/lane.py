@@ -15,10 +15,10 @@ def lane_actor(name: str) -> Callable[[Callable[[ItemContext], Any]], dramatiq.A
     spec = lane_spec(name)
 
     def declare(fn: Callable[[ItemContext], Any]) -> dramatiq.Actor:
-        def run(item_id: int, token: int) -> Any:
+        def run(item_id: int, token: int) -> None:
             ctx = current()
             assert ctx.item_id == item_id, "the middleware claimed another item than the message names"
-            return fn(ctx)
+            ctx.result = fn(ctx)  # committed by the middleware through the fence
 
         run.__name__ = run.__qualname__ = spec.actor
         run.__doc__ = fn.__doc__

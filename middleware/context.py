@@ -39,6 +39,7 @@ class ItemContext:
     worker: str
     started: float = field(default_factory=time.monotonic)
     last_renewed: float = field(default_factory=time.monotonic)
+    result: Any = None
     _stop_kind: str | None = None
     _stop_reason: str = ""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

@@ -59,7 +59,7 @@ class LeaseMiddleware(Middleware):
         self._engine: Engine | None = None
         self._publisher: Any = None
         self._heartbeat: Heartbeat | None = None
-        self._boot_lock = threading.Lock()
+        self._boot_lock = threading.RLock()
         self.worker = worker_identity()
         self.rejected = 0
 
@@ -154,7 +154,7 @@ class LeaseMiddleware(Middleware):
             return
         set_current(None)
         self.heartbeat.remove(ctx.item_id)
-        self.finish(ctx, result, exception)
+        self.finish(ctx, ctx.result, exception)
         self.top_up(broker, ctx)
 
     def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:

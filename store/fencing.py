@@ -34,7 +34,10 @@ def _check_fence(session: FencedSession) -> None:
     row = session.execute(
         select(Item.state, Item.fencing_token).where(Item.id == session.fence_item_id).with_for_update()
     ).first()
-    if row is None or row.state != RUNNING or row.fencing_token != session.fence_token:
+    # The token moves on with every claim and every revocation, so an equal token means nobody else
+    # touched the lease; the state may differ from running only if this very session ended it.
+    ended_here = session.info.get("ended_lease", False)
+    if row is None or row.fencing_token != session.fence_token or (row.state != RUNNING and not ended_here):
         raise StaleLease(
             session.fence_item_id,
             session.fence_token,

@@ -230,6 +230,7 @@ def job_control(engine: Engine, job_id: int) -> str | None:
 
 def _end_lease(s: Session, lease: Lease, **values: Any) -> None:
     """CAS the running item to its next state and drop its photo locks (the fence guards the commit)."""
+    s.info["ended_lease"] = True
     s.execute(
         update(Item)
         .where(Item.id == lease.item_id, Item.fencing_token == lease.token, Item.state == RUNNING)
