@@ -1,0 +1,122 @@
+"""Fixtures: a private Redis, SQLite and PostgreSQL stores (the same test runs on both), worker fleets."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy import Engine
+
+from store.engine import make_engine
+from store.schema import upgrade
+from tests.support import IN_CI, Fleet, RedisServer
+
+PG_ADMIN = os.environ.get("PHOTOJOBS_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+TEMPLATE = f"pj_template_{os.getpid()}"
+
+
+def _pg_available() -> str | None:
+    try:
+        with psycopg.connect(PG_ADMIN, connect_timeout=3):
+            return None
+    except Exception as exc:  # noqa: BLE001
+        return str(exc)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    if redis_server.proc is None or redis_server.proc.poll() is not None:
+        redis_server.start()
+    redis_server.client().flushall()
+    return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[str]:
+    problem = _pg_available()
+    if problem:
+        if IN_CI:
+            pytest.fail(f"PostgreSQL is required under CI but not reachable at {PG_ADMIN}: {problem}")
+        pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN}: {problem}")
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}"')
+        conn.execute(f'CREATE DATABASE "{TEMPLATE}"')
+    url = PG_ADMIN.rsplit("/", 1)[0] + f"/{TEMPLATE}"
+    engine = make_engine(url)
+    upgrade(engine)
+    engine.dispose()
+    yield TEMPLATE
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')
+
+
+def _fresh_pg(template: str) -> Iterator[str]:
+    name = f"pj_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    yield PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_url(pg_template: str) -> Iterator[str]:
+    """A fresh PostgreSQL database (for the tests of PostgreSQL-only behaviour)."""
+    yield from _fresh_pg(pg_template)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        path = tmp_path / "photojobs.db"
+        url = f"sqlite:///{path}"
+        engine = make_engine(url)
+        upgrade(engine)
+        engine.dispose()
+        yield url
+        return
+    yield from _fresh_pg(request.getfixturevalue("pg_template"))
+
+
+@pytest.fixture
+def engine(db_url: str) -> Iterator[Engine]:
+    eng = make_engine(db_url)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def env(db_url: str, redis_url: str) -> dict[str, str]:
+    """Environment for worker/sweeper processes: short leases so recovery tests run quickly."""
+    return {
+        **os.environ,
+        "PHOTOJOBS_DATABASE_URL": db_url,
+        "PHOTOJOBS_REDIS_URL": redis_url,
+        "PHOTOJOBS_LEASE_TTL": "2",
+        "PHOTOJOBS_HEARTBEAT_INTERVAL": "0.5",
+        "PHOTOJOBS_SWEEP_INTERVAL": "0.5",
+        "PHOTOJOBS_REPUBLISH_AFTER": "1",
+        "PHOTOJOBS_MAX_ATTEMPTS": "3",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+@pytest.fixture
+def fleet(env: dict[str, str], tmp_path: Path) -> Iterator[Fleet]:
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    f = Fleet(env, logdir)
+    yield f
+    f.stop()

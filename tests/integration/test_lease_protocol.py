@@ -1,0 +1,248 @@
+"""The lease protocol against the real store (SQLite and PostgreSQL): claim, renew, fence, revoke."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, select, update
+from sqlalchemy.orm import Session
+
+from photojobs.lanes import lane_spec
+from store import items as store_items
+from store import jobs as store_jobs
+from store.dispatch import take_for_dispatch
+from store.errors import StaleLease
+from store.events import read_events
+from store.fencing import fenced
+from store.models import Item
+from store.sweeper import revoke_expired
+from tests.support import event_counts, wait_for
+
+NOOP = lane_spec("noop", env={})
+
+
+def submit(engine: Engine, tmp_path: Path, n: int = 3, spec=NOOP) -> int:  # type: ignore[no-untyped-def]
+    photos = [store_jobs.PhotoInput(str(tmp_path / f"p{i}.jpg"), 1) for i in range(n)]
+    return store_jobs.submit(engine, [spec], photos).job_id
+
+
+def first_item(engine: Engine, job_id: int) -> Item:
+    with Session(engine) as s:
+        return s.execute(select(Item).where(Item.job_id == job_id).order_by(Item.id)).scalars().first()  # type: ignore[return-value]
+
+
+def test_claim_is_a_compare_and_set(engine: Engine, tmp_path: Path) -> None:
+    # Given a queued item
+    job = submit(engine, tmp_path)
+    take_for_dispatch(engine, NOOP)
+    item = first_item(engine, job)
+    assert item.state == "queued" and item.fencing_token == 0
+    # When two deliveries of the same message try to claim it
+    first = store_items.claim(engine, NOOP, item.id, 0, "w1")
+    second = store_items.claim(engine, NOOP, item.id, 0, "w2")
+    # Then only the first wins, with a bumped token and attempt, and one item_claimed event
+    assert first.lease is not None and first.lease.token == 1 and first.lease.attempt == 1
+    assert second.lease is None and "stale token" in second.reason
+    assert event_counts(engine, "item_claimed", job) == {item.id: 1}
+
+
+def test_claim_skips_unknown_item_and_wrong_lane(engine: Engine, tmp_path: Path) -> None:
+    # Given a noop item
+    job = submit(engine, tmp_path)
+    item = first_item(engine, job)
+    # When messages name an unknown item, or come from another lane
+    unknown = store_items.claim(engine, NOOP, 999_999, 0, "w")
+    wrong = store_items.claim(engine, lane_spec("exif", env={}), item.id, 0, "w")
+    # Then neither claims anything
+    assert unknown.lease is None and "unknown item" in unknown.reason
+    assert wrong.lease is None and "belongs to lane" in wrong.reason
+    assert first_item(engine, job).state == "pending"
+
+
+def test_renew_is_guarded_by_token_and_reports_control(engine: Engine, tmp_path: Path) -> None:
+    # Given a claimed item
+    job = submit(engine, tmp_path)
+    item = first_item(engine, job)
+    lease = store_items.claim(engine, NOOP, item.id, 0, "w").lease
+    assert lease is not None
+    before = first_item(engine, job).lease_expires_at
+    # When the heartbeat renews with the right and with a wrong token
+    ok = store_items.renew(engine, {item.id: lease.token})
+    stale = store_items.renew(engine, {item.id: lease.token + 5})
+    # Then the right one extends the lease, the wrong one is reported lost
+    assert ok.held == {item.id: None} and not ok.lost
+    assert first_item(engine, job).lease_expires_at >= before  # type: ignore[operator]
+    assert stale.lost == {item.id}
+    # And a cancel request reaches the heartbeat
+    store_jobs.cancel(engine, job)
+    assert store_items.renew(engine, {item.id: lease.token}).held == {item.id: "cancel"}
+
+
+def test_fenced_commit_after_revocation_is_rejected(engine: Engine, tmp_path: Path) -> None:
+    # Given an item claimed by a worker whose lease then expires and is revoked by the sweeper
+    spec = replace(NOOP, lease_ttl=0.05)
+    job = submit(engine, tmp_path, spec=spec)
+    item = first_item(engine, job)
+    lease = store_items.claim(engine, spec, item.id, 0, "zombie").lease
+    assert lease is not None
+    wait_for(lambda: revoke_expired(engine, {"noop": spec})[0], 5, what="the sweeper to revoke the lease")
+    # When the old holder tries to commit its result
+    with pytest.raises(StaleLease):
+        with fenced(engine, item.id, lease.token, worker="zombie") as s:
+            s.execute(update(Item).where(Item.id == item.id).values(result={"zombie": True}))
+            store_items.succeed(s, lease, {"zombie": True}, "zombie")
+    # Then nothing it wrote is visible and a stale_commit_rejected event is recorded
+    row = first_item(engine, job)
+    assert row.state == "pending" and row.result is None and row.fencing_token == lease.token + 1
+    assert event_counts(engine, "stale_commit_rejected", job) == {item.id: 1}
+    assert event_counts(engine, "item_succeeded", job) == {}
+
+
+def test_fenced_commit_while_lease_holds_succeeds(engine: Engine, tmp_path: Path) -> None:
+    # Given a claimed item
+    job = submit(engine, tmp_path)
+    item = first_item(engine, job)
+    lease = store_items.claim(engine, NOOP, item.id, 0, "w").lease
+    assert lease is not None
+    # When it checkpoints and succeeds through the fence
+    with fenced(engine, item.id, lease.token) as s:
+        store_items.save_checkpoint(s, lease, {"step": 1})
+    with fenced(engine, item.id, lease.token) as s:
+        store_items.succeed(s, lease, {"ok": 1}, "w")
+    # Then both commits land
+    row = first_item(engine, job)
+    assert row.state == "succeeded" and row.checkpoint == {"step": 1} and row.result == {"ok": 1}
+
+
+def test_expired_leases_are_quarantined_after_max_attempts(engine: Engine, tmp_path: Path) -> None:
+    # Given a lane allowing 2 attempts with very short leases
+    spec = replace(NOOP, lease_ttl=0.05, max_attempts=2)
+    job = submit(engine, tmp_path, n=1, spec=spec)
+    item = first_item(engine, job)
+    # When the item's worker "dies" twice (claims whose leases are never renewed)
+    for _attempt in range(2):
+        token = first_item(engine, job).fencing_token
+        assert store_items.claim(engine, spec, item.id, token, "doomed").lease is not None
+        wait_for(lambda: revoke_expired(engine, {"noop": spec})[0], 5, what="revocation")
+    # Then it is failed with the quarantine reason, not retried forever
+    row = first_item(engine, job)
+    assert row.state == "failed"
+    assert row.error == "quarantined: killed its worker 2 times"
+    assert event_counts(engine, "lease_expired", job) == {item.id: 2}
+
+
+def test_many_sweepers_revoke_each_lease_once(engine: Engine, tmp_path: Path) -> None:
+    # Given 20 claimed items whose leases expire
+    spec = replace(NOOP, lease_ttl=0.05)
+    job = submit(engine, tmp_path, n=20, spec=spec)
+    with Session(engine) as s:
+        ids = s.execute(select(Item.id).where(Item.job_id == job)).scalars().all()
+    for i in ids:
+        assert store_items.claim(engine, spec, i, 0, "w").lease is not None
+    wait_for(
+        lambda: all(r.lease_expires_at is not None for r in [first_item(engine, job)]),
+        1,
+    )
+    # When four sweepers run at once, repeatedly
+    totals: list[int] = []
+
+    def sweep() -> None:
+        for _ in range(20):
+            totals.append(revoke_expired(engine, {"noop": spec})[0])
+
+    threads = [threading.Thread(target=sweep) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Then every lease was revoked exactly once
+    assert sum(totals) == 20
+    assert event_counts(engine, "lease_expired", job) == dict.fromkeys(ids, 1)
+
+
+def test_dispatch_respects_the_bound_and_is_fair(engine: Engine, tmp_path: Path) -> None:
+    # Given two jobs of 50 items in the same lane and a bound of 10
+    a = submit(engine, tmp_path / "a", n=50)
+    b = submit(engine, tmp_path / "b", n=50)
+    # When the dispatcher runs twice
+    first = take_for_dispatch(engine, NOOP, bound=10)
+    again = take_for_dispatch(engine, NOOP, bound=10)
+    # Then at most the bound is queued, shared between both jobs
+    assert len(first) == 10 and again == []
+    with Session(engine) as s:
+        jobs = [s.get(Item, p.item_id).job_id for p in first]  # type: ignore[union-attr]
+    assert jobs.count(a) == 5 and jobs.count(b) == 5
+
+
+def test_events_follow_commit_order_without_gaps(engine: Engine, tmp_path: Path) -> None:
+    # Given many writers changing items concurrently while a follower reads by cursor
+    job = submit(engine, tmp_path, n=60)
+    with Session(engine) as s:
+        ids = s.execute(select(Item.id).where(Item.job_id == job)).scalars().all()
+    seen: list[int] = []
+    done = threading.Event()
+
+    def follow() -> None:
+        cursor = 0
+        while True:
+            finished = done.is_set()
+            for e in read_events(engine, after=cursor):
+                seen.append(e.cursor)
+                cursor = e.cursor
+            if finished:
+                return
+
+    def write(chunk: list[int]) -> None:
+        for i in chunk:
+            lease = store_items.claim(engine, NOOP, i, 0, "w").lease
+            assert lease is not None
+            with fenced(engine, i, lease.token) as s:
+                store_items.succeed(s, lease, None, "w")
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    writers = [threading.Thread(target=write, args=(list(ids[k::6]),)) for k in range(6)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join()
+    done.set()
+    follower.join()
+    # Then the follower saw every event exactly once, in cursor order, with no gap
+    everything = [e.cursor for e in read_events(engine, after=0, limit=100_000)]
+    assert seen == everything
+    assert seen == list(range(1, len(seen) + 1))
+    assert len(seen) == 60 + 1 + 60 * 2  # created + submitted + claimed/succeeded
+
+
+def test_event_committed_late_with_a_lower_id_is_not_missed(pg_url: str) -> None:
+    # Given (PostgreSQL) a transaction that wrote an event but has not committed yet
+    from store.engine import make_engine
+    from store.events import emit
+
+    engine = make_engine(pg_url)
+    slow = Session(engine)
+    slow.begin()
+    emit(slow, "slow_event")
+    slow.flush()
+    # And a later transaction whose event (higher id) commits first
+    with Session(engine) as fast, fast.begin():
+        emit(fast, "fast_event")
+    # When a follower reads, then the slow transaction commits, then the follower reads on
+    first = read_events(engine, after=0)
+    slow.commit()
+    slow.close()
+    second = read_events(engine, after=first[-1].cursor)
+    # Then the follower sees both events exactly once, the late one after the early one
+    assert [e.type for e in first] == ["fast_event"]
+    assert [e.type for e in second] == ["slow_event"]
+    # And ordering by id alone would have missed it: its id is lower than the one already seen
+    with Session(engine) as s:
+        from store.models import Event
+
+        ids = dict(s.execute(select(Event.type, Event.id)).all())
+    assert ids["slow_event"] < ids["fast_event"]
+    engine.dispose()

@@ -1,0 +1,222 @@
+"""Test support: deadlines instead of sleeps, a private Redis server, worker fleets, store queries."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import redis
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
+
+from store.models import Event, Item
+
+ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+IN_CI = os.environ.get("CI") == "true"
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, what: str = "") -> T:
+    """Poll ``predicate`` until it returns something truthy, or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        last = predicate()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out after {timeout}s waiting for {what or predicate} (last: {last!r})"
+            )
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A private redis-server on a free loopback port, so tests may FLUSHALL or restart it freely."""
+
+    def __init__(self, workdir: Path) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (apt-get install redis-server); CI installs it")
+        self.binary = binary
+        self.workdir = workdir
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis.from_url(self.url)
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            cwd=self.workdir,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for(self._pings, 10, what=f"redis-server on port {self.port}")
+
+    def _pings(self) -> bool:
+        try:
+            return bool(self.client().ping())
+        except redis.ConnectionError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def restart(self) -> None:
+        """A Redis restart without persistence: every message is gone."""
+        self.stop()
+        self.start()
+
+
+def worker_command(lanes: list[str], threads: int) -> list[str]:
+    queues = [f"photojobs.{lane}" for lane in lanes]
+    return [
+        sys.executable,
+        "-m",
+        "dramatiq",
+        "actors",
+        "--processes",
+        "1",
+        "--threads",
+        str(threads),
+        "--queues",
+        *queues,
+    ]
+
+
+class Fleet:
+    """Real ``dramatiq actors`` worker processes (and optionally a sweeper process) for one test."""
+
+    def __init__(self, env: dict[str, str], logdir: Path) -> None:
+        self.env = env
+        self.logdir = logdir
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start_worker(
+        self, lanes: list[str] | None = None, threads: int = 2, env: dict[str, str] | None = None
+    ):  # type: ignore[no-untyped-def]
+        lanes = lanes or ["noop"]
+        full_env = {**self.env, "dramatiq_queue_prefetch": str(threads), **(env or {})}
+        log = open(self.logdir / f"worker-{len(self.procs)}.log", "ab")  # noqa: SIM115
+        proc = subprocess.Popen(
+            worker_command(lanes, threads),
+            cwd=ROOT,
+            env=full_env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def start_sweeper(self) -> subprocess.Popen[bytes]:
+        log = open(self.logdir / f"sweeper-{len(self.procs)}.log", "ab")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "photojobs", "sweep"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGCONT)
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}"
+            for f in sorted(self.logdir.glob("*.log"))
+        )
+
+
+def pid_of_owner(owner: str | None) -> int:
+    assert owner, "item has no lease owner"
+    return int(owner.split(":")[1])
+
+
+def item_states(engine: Engine, job_id: int) -> dict[str, int]:
+    with Session(engine) as s:
+        return dict(
+            s.execute(
+                select(Item.state, func.count()).where(Item.job_id == job_id).group_by(Item.state)
+            ).all()
+        )
+
+
+def items_of(engine: Engine, job_id: int) -> list[Item]:
+    with Session(engine) as s:
+        return list(s.execute(select(Item).where(Item.job_id == job_id).order_by(Item.id)).scalars())
+
+
+def event_counts(engine: Engine, type: str, job_id: int | None = None) -> dict[int, int]:
+    """{item id: number of events of ``type``}."""
+    with Session(engine) as s:
+        q = select(Event.item_id, func.count()).where(Event.type == type).group_by(Event.item_id)
+        if job_id is not None:
+            q = q.where(Event.job_id == job_id)
+        return dict(s.execute(q).all())
+
+
+def job_done(engine: Engine, job_id: int) -> bool:
+    states = item_states(engine, job_id)
+    return sum(v for k, v in states.items() if k in ("succeeded", "failed", "cancelled", "skipped")) == sum(
+        states.values()
+    )
+
+
+def make_files(folder: Path, n: int, prefix: str = "f") -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i in range(n):
+        p = folder / f"{prefix}{i:05d}.txt"
+        p.write_text(str(i))
+        out.append(p)
+    return out
