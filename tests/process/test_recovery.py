@@ -1,0 +1,171 @@
+"""Issue #2's promises with real ``dramatiq`` worker processes, real Redis, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from photojobs.api import Client
+from photojobs.broker import RedisPublisher, build_broker
+from photojobs.config import Settings
+from photojobs.lanes import all_lanes
+from store.dispatch import take_for_dispatch
+from store.models import Event, Item
+from tests.support import Fleet, event_counts, items_of, job_done, make_files, pid_of_owner, wait_for
+
+
+def submit(
+    env: dict[str, str], folder: Path, n: int, params: dict[str, str] | None = None, names=None
+) -> int:  # type: ignore[no-untyped-def]
+    if names:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            (folder / name).write_text(name)
+    else:
+        make_files(folder, n)
+    client = Client(Settings.from_env(env))
+    job = client.submit(["noop"], [folder], params or {}).job_id
+    client.engine.dispose()
+    return job
+
+
+def running_item(engine: Engine, job: int) -> Item | None:
+    return next((i for i in items_of(engine, job) if i.state == "running"), None)
+
+
+def events_of(engine: Engine, item_id: int) -> list[Event]:
+    with Session(engine) as s:
+        return list(s.execute(select(Event).where(Event.item_id == item_id).order_by(Event.id)).scalars())
+
+
+def test_sigkilled_worker_item_runs_again_elsewhere_and_completes_once(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given two workers, a sweeper, and an item that takes a while
+    job = submit(env, tmp_path / "photos", 1, {"noop.sleep": "3"})
+    fleet.start_sweeper()
+    fleet.start_worker(threads=1)
+    fleet.start_worker(threads=1)
+    item = wait_for(lambda: running_item(engine, job), 60, what="the item to be running")
+    first_owner = item.lease_owner
+    # When the worker process holding it is SIGKILLed mid-item
+    os.kill(pid_of_owner(first_owner), signal.SIGKILL)
+    # Then the item runs again on another worker and completes, exactly once
+    wait_for(lambda: job_done(engine, job), 60, what="the job to finish")
+    [done] = items_of(engine, job)
+    assert done.state == "succeeded" and done.attempt == 2
+    types = [e.type for e in events_of(engine, done.id)]
+    assert types.count("item_succeeded") == 1
+    assert "lease_expired" in types
+    claims = [e for e in events_of(engine, done.id) if e.type == "item_claimed"]
+    assert len(claims) == 2 and claims[0].worker == first_owner and claims[1].worker != first_owner
+
+
+def test_frozen_worker_is_overtaken_and_its_late_commit_rejected(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given a worker running a CPU-bound item (no safe points) and a sweeper
+    job = submit(env, tmp_path / "photos", 1, {"noop.spin": "2"})
+    fleet.start_sweeper()
+    frozen = fleet.start_worker(threads=1)
+    item = wait_for(lambda: running_item(engine, job), 60, what="the item to be running")
+    zombie = item.lease_owner
+    # When that worker is frozen (SIGSTOP) until its lease expires and another worker completes the item
+    os.killpg(frozen.pid, signal.SIGSTOP)
+    fleet.start_worker(threads=1)
+    wait_for(lambda: job_done(engine, job), 60, what="another worker to finish the item")
+    winner = items_of(engine, job)[0]
+    # And the frozen worker is resumed (SIGCONT) and tries to commit its result
+    os.killpg(frozen.pid, signal.SIGCONT)
+    rejected = wait_for(
+        lambda: [e for e in events_of(engine, item.id) if e.type == "stale_commit_rejected"],
+        60,
+        what="the zombie's commit to be rejected",
+    )
+    # Then its commit is refused, and nothing it wrote is visible: the winner's result stands
+    assert rejected[0].worker == zombie and rejected[0].token == item.fencing_token
+    final = items_of(engine, job)[0]
+    assert final.state == "succeeded" and final.fencing_token == winner.fencing_token
+    assert final.result == winner.result and final.result["attempt"] == 2
+    assert event_counts(engine, "item_succeeded", job) == {item.id: 1}
+
+
+def test_same_message_delivered_twice_runs_once(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given two live workers (no sweeper) and one dispatched item
+    job = submit(env, tmp_path / "photos", 1, {"noop.sleep": "1"})
+    specs = all_lanes(env)
+    [publish] = take_for_dispatch(engine, specs["noop"])
+    broker = build_broker(env["PHOTOJOBS_REDIS_URL"])
+    publisher = RedisPublisher(broker, specs)
+    # When its message is delivered twice (two copies in Redis, as after a redelivery)
+    publisher.publish([publish])
+    from photojobs.broker import lane_message
+
+    copy = lane_message(specs["noop"], publish.item_id, publish.token)
+    broker.do_enqueue(specs["noop"].queue, "duplicate-copy", copy.encode())
+    fleet.start_worker(threads=2)
+    fleet.start_worker(threads=2)
+    wait_for(lambda: job_done(engine, job), 60, what="the item to finish")
+    wait_for(lambda: publisher.queue_length("noop") == 0, 30, what="both copies to be consumed")
+    # Then it ran once: one claim, one success
+    assert event_counts(engine, "item_claimed", job) == {publish.item_id: 1}
+    assert event_counts(engine, "item_succeeded", job) == {publish.item_id: 1}
+    broker.close()
+
+
+def test_redis_flushall_mid_job_loses_nothing(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path, redis_server
+) -> None:  # type: ignore[no-untyped-def]
+    # Given a 40-item job in progress
+    job = submit(env, tmp_path / "photos", 40, {"noop.sleep": "0.2"})
+    fleet.start_sweeper()
+    fleet.start_worker(threads=2)
+    fleet.start_worker(threads=2)
+    wait_for(lambda: event_counts(engine, "item_succeeded", job), 60, what="some items to finish")
+    # When Redis loses every message (FLUSHALL)
+    redis_server.client().flushall()
+    # Then every item still completes, none twice
+    wait_for(lambda: job_done(engine, job), 90, what="the job to finish after FLUSHALL")
+    assert all(i.state == "succeeded" for i in items_of(engine, job))
+    counts = event_counts(engine, "item_succeeded", job)
+    assert len(counts) == 40 and set(counts.values()) == {1}
+
+
+def test_item_that_kills_its_worker_is_quarantined(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given a job whose one photo kills its worker every time, and more workers than attempts
+    names = ["ok-1.jpg", "ok-2.jpg", "bad.jpg", "ok-3.jpg"]
+    job = submit(env, tmp_path / "photos", 0, {"noop.crash_if": "bad"}, names=names)
+    fleet.start_sweeper()
+    for _ in range(4):
+        fleet.start_worker(threads=1)
+    # When the job runs
+    wait_for(lambda: job_done(engine, job), 120, what="the job to finish")
+    # Then the killer is failed as quarantined after PHOTOJOBS_MAX_ATTEMPTS (3), the others succeed
+    items = items_of(engine, job)
+    bad = [i for i in items if i.state == "failed"]
+    assert len(bad) == 1 and bad[0].error == "quarantined: killed its worker 3 times"
+    assert sum(i.state == "succeeded" for i in items) == 3
+    assert event_counts(engine, "lease_expired", job) == {bad[0].id: 3}
+
+
+def test_cpu_bound_actor_keeps_its_lease(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given a pure-Python CPU-bound item running 3x the lease TTL (2 s), and a sweeper
+    job = submit(env, tmp_path / "photos", 1, {"noop.spin": "6"})
+    fleet.start_sweeper()
+    fleet.start_worker(threads=1)
+    # When it runs to the end
+    wait_for(lambda: job_done(engine, job), 90, what="the item to finish")
+    # Then its lease was never revoked: one attempt, one success, no lease_expired
+    [item] = items_of(engine, job)
+    assert item.state == "succeeded" and item.attempt == 1
+    assert event_counts(engine, "lease_expired", job) == {}
