@@ -84,6 +84,8 @@ class LeaseMiddleware(Middleware):
 
     def after_process_boot(self, broker: dramatiq.Broker) -> None:
         self.worker = worker_identity()  # one identity per worker process
+        if hasattr(broker, "on_rejected"):
+            broker.on_rejected = self.record_rejection
         _ = self.heartbeat
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
@@ -95,25 +97,30 @@ class LeaseMiddleware(Middleware):
             self._heartbeat.stop()
 
     # -- messages -----------------------------------------------------------------
-    def _reject(self, message: dramatiq.Message, reason: str) -> None:
+    def record_rejection(self, queue: str, actor: str | None, reason: str, args: str) -> None:
+        """Count a rejected message: a ``message_rejected`` event (no item changes)."""
         self.rejected += 1
-        log.warning("rejected message %s on %s: %s", message.message_id, message.queue_name, reason)
         try:
             with Session(self.engine) as s, s.begin():
                 emit(
                     s,
                     "message_rejected",
                     worker=self.worker,
-                    detail={
-                        "reason": reason,
-                        "queue": message.queue_name,
-                        "actor": message.actor_name,
-                        "args": repr(message.args)[:200],
-                    },
+                    detail={"reason": reason, "queue": queue, "actor": actor, "args": args},
                 )
         except Exception:  # noqa: BLE001 - recording the rejection must not fail the worker
             log.exception("could not record the rejected message")
+
+    def _reject(self, message: dramatiq.Message, reason: str) -> None:
+        log.warning("rejected message %s on %s: %s", message.message_id, message.queue_name, reason)
+        self.record_rejection(message.queue_name, message.actor_name, reason, repr(message.args)[:200])
         raise SkipMessage(reason)
+
+    def after_nack(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:
+        if message.actor_name not in broker.actors:  # Dramatiq dead-letters messages for unknown actors
+            reason = f"unknown actor {message.actor_name!r}"
+            log.warning("rejected message %s on %s: %s", message.message_id, message.queue_name, reason)
+            self.record_rejection(message.queue_name, message.actor_name, reason, repr(message.args)[:200])
 
     def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:
         if not message.actor_name.startswith(ACTOR_PREFIX):
@@ -128,15 +135,16 @@ class LeaseMiddleware(Middleware):
         if reason:
             self._reject(message, reason)
         item_id, token = message.args
-        outcome = store_items.claim(self.engine, spec, item_id, token, self.worker)
+        try:
+            outcome = store_items.claim(self.engine, spec, item_id, token, self.worker)
+        except Exception as exc:  # noqa: BLE001 - store unreachable: the item stays queued, the sweeper re-publishes
+            log.warning("could not claim item %s (%s); leaving it to the sweeper", item_id, exc)
+            raise SkipMessage(f"store unavailable: {exc}") from exc
         if outcome.lease is None:
             if outcome.deferred:
                 log.debug("item %s deferred: %s", item_id, outcome.reason)
                 raise SkipMessage(outcome.reason)
-            if outcome.reason.startswith("unknown item") or "belongs to lane" in outcome.reason:
-                self._reject(message, outcome.reason)
-            log.info("skipping message for item %s: %s", item_id, outcome.reason)
-            raise SkipMessage(outcome.reason)
+            self._reject(message, outcome.reason)
         ctx = ItemContext(lease=outcome.lease, spec=spec, engine=self.engine, worker=self.worker)
         set_current(ctx)
         self.heartbeat.add(ctx)

@@ -6,11 +6,13 @@ sweeper can ask Redis whether a queued item's message is still waiting in its qu
 
 from __future__ import annotations
 
+import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import dramatiq
-from dramatiq.brokers.redis import RedisBroker
+from dramatiq.brokers.redis import RedisBroker, _RedisConsumer
+from dramatiq.errors import DecodeError
 from dramatiq.message import Message
 from dramatiq.middleware import CurrentMessage, TimeLimit
 
@@ -18,11 +20,47 @@ from photojobs.lanes import LaneSpec, all_lanes
 from store.dispatch import Publish
 
 NAMESPACE = "dramatiq"
+log = logging.getLogger("photojobs.broker")
 
 
-def build_broker(redis_url: str, middleware: Iterable[dramatiq.Middleware] = ()) -> RedisBroker:
+class _TolerantConsumer(_RedisConsumer):
+    """Dramatiq's Redis consumer, but an undecodable message is acknowledged and reported
+    instead of crashing the consumer (which would strand it in the worker's ack set)."""
+
+    def __next__(self):  # type: ignore[no-untyped-def]
+        while True:
+            try:
+                return super().__next__()
+            except DecodeError as exc:
+                self._discard(exc)
+
+    def _discard(self, exc: DecodeError) -> None:
+        broker: PhotojobsBroker = self.broker
+        raw = exc.data if isinstance(exc.data, bytes) else str(exc.data).encode()
+        reason = f"malformed message ({exc.error.__class__.__name__}: {str(exc.error)[:120]})"
+        key = f"{broker.namespace}:{self.queue_name}.msgs"
+        for redis_id, data in broker.client.hscan_iter(key):
+            if data == raw:
+                broker.do_ack(self.queue_name, redis_id.decode())
+                break
+        log.warning("rejected a message on %s: %s: %r", self.queue_name, reason, raw[:100])
+        if broker.on_rejected is not None:
+            broker.on_rejected(self.queue_name, None, reason, raw[:200].decode(errors="replace"))
+
+
+class PhotojobsBroker(RedisBroker):
+    """RedisBroker with a consumer that survives malformed messages."""
+
+    on_rejected: Callable[[str, str | None, str, str], None] | None = None
+
+    @property
+    def consumer_class(self):  # type: ignore[no-untyped-def]
+        return _TolerantConsumer
+
+
+def build_broker(redis_url: str, middleware: Iterable[dramatiq.Middleware] = ()) -> PhotojobsBroker:
     """A RedisBroker whose retries and leases are the store's business, not Dramatiq's."""
-    broker = RedisBroker(
+    broker = PhotojobsBroker(
         url=redis_url,
         namespace=NAMESPACE,
         middleware=[TimeLimit(), CurrentMessage(), *middleware],

@@ -1,0 +1,216 @@
+"""LeaseMiddleware with Dramatiq's StubBroker (unit level; the real-process tests are in tests/process)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import dramatiq
+import pytest
+from dramatiq.brokers.stub import StubBroker
+from sqlalchemy import Engine, select, update
+from sqlalchemy.orm import Session
+
+from middleware.context import ItemContext, current
+from middleware.lease import LeaseMiddleware
+from photojobs.broker import lane_message
+from photojobs.lanes import lane_spec
+from photos.errors import UnreadableImage
+from store import jobs as store_jobs
+from store.dispatch import take_for_dispatch
+from store.engine import make_engine
+from store.models import Event, Item
+from store.schema import upgrade
+
+SPEC = replace(lane_spec("noop", env={}), max_attempts=2, backoff=30.0)
+
+
+@pytest.fixture
+def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
+    engine = make_engine(f"sqlite:///{tmp_path / 'unit.db'}")
+    upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+class Harness:
+    """A StubBroker with the lease middleware and one noop-lane actor whose body the test sets."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.broker = StubBroker(middleware=[])
+        self.lease = LeaseMiddleware({"noop": SPEC}, engine_factory=lambda: engine, heartbeat_interval=60)
+        self.broker.add_middleware(self.lease)
+        self.body: Callable[[ItemContext], Any] = lambda ctx: {"ok": True}
+        self.calls = 0
+
+        def lane_noop(item_id: int, token: int) -> None:
+            self.calls += 1
+            ctx = current()
+            ctx.result = self.body(ctx)
+
+        dramatiq.actor(lane_noop, actor_name=SPEC.actor, queue_name=SPEC.queue, broker=self.broker)
+        self.broker.emit_after("process_boot")
+        self.worker = dramatiq.Worker(self.broker, worker_timeout=50, worker_threads=1)
+        self.worker.start()
+
+    def submit(self, n: int = 1) -> list[int]:
+        photos = [store_jobs.PhotoInput(f"/photos/p{i}.jpg") for i in range(n)]
+        job = store_jobs.submit(self.engine, [SPEC], photos).job_id
+        with Session(self.engine) as s:
+            return list(s.execute(select(Item.id).where(Item.job_id == job).order_by(Item.id)).scalars())
+
+    def deliver(self, item_id: int, token: int) -> None:
+        self.broker.enqueue(lane_message(SPEC, item_id, token))
+        self.broker.join(SPEC.queue)
+        self.worker.join()
+
+    def item(self, item_id: int) -> Item:
+        with Session(self.engine) as s:
+            row = s.get(Item, item_id)
+            assert row is not None
+            return row
+
+    def events(self, type: str) -> list[Event]:
+        with Session(self.engine) as s:
+            return list(s.execute(select(Event).where(Event.type == type).order_by(Event.id)).scalars())
+
+    def close(self) -> None:
+        self.worker.stop()
+        self.lease.heartbeat.stop()
+
+
+@pytest.fixture
+def harness(sqlite_engine: Engine) -> Iterator[Harness]:
+    h = Harness(sqlite_engine)
+    yield h
+    h.close()
+
+
+def test_claim_run_and_finish(harness: Harness) -> None:
+    # Given a dispatched item
+    [item] = harness.submit()
+    [pub] = take_for_dispatch(harness.engine, SPEC)
+    # When its message is processed
+    harness.deliver(pub.item_id, pub.token)
+    # Then the actor ran once under a lease and the item succeeded with its result
+    row = harness.item(item)
+    assert harness.calls == 1
+    assert row.state == "succeeded" and row.result == {"ok": True} and row.fencing_token == 1
+    assert row.lease_owner is None and len(harness.events("item_succeeded")) == 1
+
+
+def test_duplicate_or_stale_message_is_skipped(harness: Harness) -> None:
+    # Given an item that already ran
+    [item] = harness.submit()
+    [pub] = take_for_dispatch(harness.engine, SPEC)
+    harness.deliver(pub.item_id, pub.token)
+    # When the same message arrives again, and one for an unknown item
+    harness.deliver(pub.item_id, pub.token)
+    harness.deliver(424242, 0)
+    # Then the actor did not run again; both are rejected with their reason
+    assert harness.calls == 1
+    reasons = [e.detail["reason"] for e in harness.events("message_rejected")]  # type: ignore[index]
+    assert any("stale token" in r for r in reasons) and any("unknown item 424242" in r for r in reasons)
+    assert harness.item(item).state == "succeeded"
+
+
+def test_malformed_arguments_are_rejected_before_any_claim(harness: Harness) -> None:
+    # Given a pending item
+    [item] = harness.submit()
+    # When a message with the wrong argument shape arrives
+    bad = lane_message(SPEC, item, 0)._replace(args=("x", 0))  # type: ignore[attr-defined]
+    harness.broker.enqueue(bad)
+    harness.broker.join(SPEC.queue)
+    harness.worker.join()
+    # Then it is rejected with a clear reason and the item is untouched
+    assert harness.calls == 0
+    [event] = harness.events("message_rejected")
+    assert "item id must be a positive integer" in event.detail["reason"]  # type: ignore[index]
+    assert harness.item(item).state == "pending" and harness.item(item).fencing_token == 0
+
+
+def test_commit_after_lost_lease_is_fenced(harness: Harness) -> None:
+    # Given an item whose lease is revoked while the actor runs (token bumped by a "sweeper")
+    [item] = harness.submit()
+    [pub] = take_for_dispatch(harness.engine, SPEC)
+
+    def revoked_midway(ctx: ItemContext) -> dict[str, str]:
+        with Session(harness.engine) as s, s.begin():
+            s.execute(
+                update(Item)
+                .where(Item.id == ctx.item_id)
+                .values(state="pending", fencing_token=Item.fencing_token + 1)
+            )
+        return {"zombie": "result"}
+
+    harness.body = revoked_midway
+    # When the actor finishes and the middleware commits
+    harness.deliver(pub.item_id, pub.token)
+    # Then the commit is refused: no success, a stale_commit_rejected event, nothing written
+    row = harness.item(item)
+    assert row.state == "pending" and row.result is None
+    assert len(harness.events("stale_commit_rejected")) == 1 and harness.events("item_succeeded") == []
+
+
+def test_renewal_reports_cancel_and_the_item_stops(harness: Harness) -> None:
+    # Given an actor that waits at safe points until told to stop
+    [item] = harness.submit()
+    [pub] = take_for_dispatch(harness.engine, SPEC)
+    started = threading.Event()
+
+    def cooperative(ctx: ItemContext) -> None:
+        started.set()
+        while True:
+            ctx.check()
+            threading.Event().wait(0.01)
+
+    harness.body = cooperative
+    t = threading.Thread(target=harness.deliver, args=(pub.item_id, pub.token))
+    t.start()
+    assert started.wait(10)
+    # When the job is cancelled and the heartbeat renews the lease
+    store_jobs.cancel(harness.engine, harness.item(item).job_id)
+    harness.lease.heartbeat.beat()
+    t.join(10)
+    # Then the lease was renewed, the stop request passed on, and the item ended cancelled
+    assert not t.is_alive()
+    assert harness.item(item).state == "cancelled"
+    assert [e.type for e in harness.events("item_cancelled")] == ["item_cancelled"]
+
+
+def test_errors_retry_with_backoff_then_fail(harness: Harness) -> None:
+    # Given an actor that always raises, in a lane of 2 attempts
+    [item] = harness.submit()
+    harness.body = lambda ctx: 1 / 0
+    # When the first attempt fails
+    [pub] = take_for_dispatch(harness.engine, SPEC)
+    harness.deliver(pub.item_id, pub.token)
+    first = harness.item(item)
+    # Then it waits as pending with a backoff, counted in the store
+    assert first.state == "pending" and first.attempt == 1 and "ZeroDivisionError" in (first.error or "")
+    assert first.not_before > first.updated_at
+    # When the second (last) attempt fails too
+    harness.deliver(item, first.fencing_token)
+    # Then it is failed for good
+    last = harness.item(item)
+    assert last.state == "failed" and last.attempt == 2
+
+
+def test_bad_photo_fails_at_once_without_retry(harness: Harness) -> None:
+    # Given an actor that meets a corrupt photo
+    [item] = harness.submit()
+
+    def corrupt(ctx: ItemContext) -> None:
+        raise UnreadableImage("/photos/p0.jpg", "truncated JPEG")
+
+    harness.body = corrupt
+    [pub] = take_for_dispatch(harness.engine, SPEC)
+    # When it runs
+    harness.deliver(pub.item_id, pub.token)
+    # Then the item fails once, with the file and the reason, and is not retried
+    row = harness.item(item)
+    assert row.state == "failed" and row.attempt == 1 and row.error == "/photos/p0.jpg: truncated JPEG"
