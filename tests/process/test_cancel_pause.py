@@ -1,0 +1,67 @@
+"""Cooperative cancel / pause / resume with real workers (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from photojobs.api import Client
+from photojobs.config import Settings
+from tests.support import Fleet, event_counts, item_states, items_of, make_files, wait_for
+
+TERMINAL = {"succeeded", "failed", "cancelled", "skipped"}
+
+
+def test_cancel_mid_run_leaves_only_terminal_items(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given a 30-item job running on two workers
+    make_files(tmp_path / "photos", 30)
+    client = Client(Settings.from_env(env))
+    job = client.submit(["noop"], [tmp_path / "photos"], {"noop.sleep": "2"}).job_id
+    fleet.start_sweeper()
+    fleet.start_worker(threads=2)
+    fleet.start_worker(threads=2)
+    wait_for(lambda: item_states(engine, job).get("running", 0) >= 2, 60, what="items running")
+    # When the job is cancelled
+    client.cancel(job)
+    # Then not-yet-running items are cancelled at once, running ones stop at a safe point
+    wait_for(lambda: set(item_states(engine, job)) <= TERMINAL, 60, what="every item terminal")
+    states = item_states(engine, job)
+    assert states.get("cancelled", 0) >= 26
+    assert client.status(job).state == "cancelled"
+    stopped = [i for i in items_of(engine, job) if i.attempt > 0 and i.state == "cancelled"]
+    assert stopped, "a running item should have been stopped cooperatively"
+    client.engine.dispose()
+
+
+def test_pause_then_resume_finishes_every_item_once_reading_the_checkpoint(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given a 12-item job whose items checkpoint every half second
+    make_files(tmp_path / "photos", 12)
+    client = Client(Settings.from_env(env))
+    job = client.submit(["noop"], [tmp_path / "photos"], {"noop.sleep": "2"}).job_id
+    fleet.start_sweeper()
+    fleet.start_worker(threads=2)
+    wait_for(
+        lambda: any(i.checkpoint for i in items_of(engine, job) if i.state == "running"),
+        60,
+        what="a running item with a checkpoint",
+    )
+    # When the job is paused
+    client.pause(job)
+    wait_for(lambda: client.status(job).state == "paused", 60, what="the job to be paused")
+    paused = [i for i in items_of(engine, job) if i.state == "paused" and i.checkpoint]
+    assert paused, "a running item should have stopped at a checkpoint"
+    assert "running" not in item_states(engine, job)
+    # And resumed
+    client.resume(job)
+    wait_for(lambda: client.status(job).state == "succeeded", 90, what="the job to succeed")
+    # Then every item succeeded exactly once, and the interrupted ones resumed from their checkpoint
+    assert set(event_counts(engine, "item_succeeded", job).values()) == {1}
+    assert len(event_counts(engine, "item_succeeded", job)) == 12
+    resumed = {i.id: i.result for i in items_of(engine, job) if i.id in {p.id for p in paused}}
+    assert all(r and r["resumed_from"] for r in resumed.values()), resumed
+    client.engine.dispose()
