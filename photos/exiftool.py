@@ -1,0 +1,261 @@
+"""One long-lived ``exiftool -stay_open`` process, shared by the threads of a process.
+
+Starting exiftool costs ~100-200 ms of Perl start-up, so the photo work keeps one process per
+worker process and feeds it commands through its argument file on stdin::
+
+    exiftool -stay_open True -@ -
+
+Each command is written one argument per line, followed by ``-echo4 {readyN}`` (printed on
+stderr once the command has finished, with its exit status) and ``-executeN`` (which makes
+exiftool print ``{readyN}`` on stdout). Both streams are read, without deadlocking on either,
+until their marker. A lock serialises commands; a process that died is replaced on the next
+call; a command that does not answer within ``timeout`` seconds kills the process.
+
+exiftool does not exit when its stdin reaches EOF (``-stay_open`` keeps polling), so a worker
+killed with SIGKILL would leave it running forever. On Linux it is therefore started through
+``setpriv --pdeathsig KILL`` from a long-lived spawner thread (the parent-death signal follows
+the *thread* that forked), and instances are closed at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import selectors
+import shutil
+import subprocess
+import threading
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from typing import ClassVar
+
+from photos.errors import PhotoError
+
+#: Arguments sent with every command: UTF-8 file names, and values written as given.
+COMMON_ARGS: tuple[str, ...] = ("-charset", "filename=utf8", "-charset", "utf8")
+
+_STATUS_RE = re.compile(rb"\{ready(\d+) status=(\d+)\}\r?\n?$")
+
+
+def available() -> bool:
+    """True when an ``exiftool`` executable is on PATH."""
+    return shutil.which("exiftool") is not None
+
+
+_spawner: tuple[int, ThreadPoolExecutor] | None = None
+_spawner_lock = threading.Lock()
+_instances: weakref.WeakSet[ExifTool] = weakref.WeakSet()
+
+
+def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
+    """Popen from one long-lived thread per process, so a parent-death signal fires only when
+    the process itself ends (not when the worker thread that first needed exiftool exits)."""
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None or _spawner[0] != os.getpid():  # a fork does not inherit the thread
+            _spawner = (os.getpid(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="exiftool-spawner"))
+        executor = _spawner[1]
+    return executor.submit(
+        subprocess.Popen,
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        close_fds=True,
+    ).result()
+
+
+@atexit.register
+def _close_all() -> None:
+    for tool in list(_instances):
+        tool.close()
+
+
+class ExifTool:
+    """A persistent exiftool process; thread-safe, restarted when it dies.
+
+    Use :meth:`shared` for the per-process singleton. ``execute`` returns exiftool's stdout
+    and raises :class:`PhotoError` (with exiftool's stderr) when the command fails.
+    """
+
+    _shared: ClassVar[ExifTool | None] = None
+    _shared_pid: ClassVar[int | None] = None
+    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, executable: str = "exiftool", *, timeout: float = 60.0) -> None:
+        self.executable = executable
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._counter = 0
+        _instances.add(self)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    @classmethod
+    def shared(cls) -> ExifTool:
+        """The process-wide instance (a fresh one after ``fork``: pipes are not shared)."""
+        with cls._shared_lock:
+            if cls._shared is None or cls._shared_pid != os.getpid():
+                cls._shared = cls()
+                cls._shared_pid = os.getpid()
+            return cls._shared
+
+    def available(self) -> bool:
+        """True when this instance's executable can be found."""
+        return shutil.which(self.executable) is not None
+
+    @property
+    def pid(self) -> int | None:
+        """The running process id, or None when no process is running."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        exe = shutil.which(self.executable)
+        if exe is None:
+            raise PhotoError(None, f"exiftool is not installed ({self.executable!r} is not on PATH)")
+        argv = [exe, "-stay_open", "True", "-@", "-"]
+        setpriv = shutil.which("setpriv")
+        if setpriv is not None:
+            argv = [setpriv, "--pdeathsig", "KILL", "--", *argv]
+        proc = _spawn(argv)
+        self._proc = proc
+        return proc
+
+    def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            proc.kill()
+        except OSError:
+            pass
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - kill is not ignorable
+            pass
+
+    def close(self) -> None:
+        """Ask exiftool to exit (``-stay_open False``); kill it if it does not."""
+        with self._lock:
+            proc = self._proc
+            if proc is None:
+                return
+            if proc.poll() is None and proc.stdin is not None:
+                try:
+                    proc.stdin.write(b"-stay_open\nFalse\n")
+                    proc.stdin.flush()
+                    proc.wait(timeout=5)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            self._kill()
+
+    def __enter__(self) -> ExifTool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- commands --------------------------------------------------------------------------------
+    def execute(self, *args: str | os.PathLike[str]) -> str:
+        """Run one exiftool command; return its stdout (UTF-8 text).
+
+        Raises PhotoError when exiftool reports a non-zero status or an ``Error:`` line, when it
+        dies, or when it does not answer within the timeout. Arguments may not contain newlines
+        (the argument file is line based); pass file paths as absolute paths so that a name
+        starting with ``-`` is never read as an option.
+        """
+        encoded: list[bytes] = []
+        for arg in (*COMMON_ARGS, *args):
+            raw = os.fsencode(arg) if isinstance(arg, os.PathLike) else arg.encode("utf-8", "surrogateescape")
+            if b"\n" in raw or b"\r" in raw:
+                raise PhotoError(None, f"exiftool argument contains a newline: {arg!r}")
+            encoded.append(raw)
+        with self._lock:
+            for attempt in (1, 2):
+                proc = self._proc
+                if proc is None or proc.poll() is not None:
+                    self._kill()
+                    proc = self._start()
+                self._counter += 1
+                n = self._counter
+                payload = b"\n".join(
+                    [*encoded, b"-echo4", b"{ready%d status=${status}}" % n, b"-execute%d" % n, b""]
+                )
+                try:
+                    assert proc.stdin is not None
+                    proc.stdin.write(payload)
+                    proc.stdin.flush()
+                except (BrokenPipeError, OSError):
+                    # It died before reading the command: nothing ran, so one retry is safe.
+                    self._kill()
+                    if attempt == 2:
+                        raise PhotoError(None, "exiftool could not be started (stdin closed)") from None
+                    continue
+                out, err, status = self._read_answer(proc, n)
+                return self._check(args, out, err, status)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _read_answer(self, proc: subprocess.Popen[bytes], n: int) -> tuple[bytes, bytes, int]:
+        """Read stdout up to ``{readyN}`` and stderr up to ``{readyN status=S}``."""
+        assert proc.stdout is not None and proc.stderr is not None
+        out_marker = b"{ready%d}" % n
+        out, err = bytearray(), bytearray()
+        out_done = err_done = False
+        status: int | None = None
+        deadline = time.monotonic() + self.timeout
+        sel = selectors.DefaultSelector()
+        try:
+            sel.register(proc.stdout, selectors.EVENT_READ, "out")
+            sel.register(proc.stderr, selectors.EVENT_READ, "err")
+            while not (out_done and err_done):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._kill()
+                    raise PhotoError(None, f"exiftool did not answer within {self.timeout:g} s (killed)")
+                for key, _ in sel.select(remaining):
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:
+                        self._kill()
+                        raise PhotoError(
+                            None,
+                            "exiftool died while running a command: "
+                            + bytes(err).decode("utf-8", "replace").strip(),
+                        )
+                    if key.data == "out":
+                        out += chunk
+                        idx = out.find(out_marker)
+                        if idx >= 0:
+                            del out[idx:]
+                            out_done = True
+                            sel.unregister(proc.stdout)
+                    else:
+                        err += chunk
+                        m = _STATUS_RE.search(err)
+                        if m and int(m.group(1)) == n:
+                            status = int(m.group(2))
+                            del err[m.start() :]
+                            err_done = True
+                            sel.unregister(proc.stderr)
+        finally:
+            sel.close()
+        assert status is not None
+        return bytes(out), bytes(err), status
+
+    @staticmethod
+    def _check(args: tuple[object, ...], out: bytes, err: bytes, status: int) -> str:
+        text_err = err.decode("utf-8", "replace").strip()
+        errors = [line for line in text_err.splitlines() if line.startswith("Error")]
+        if status != 0 or errors:
+            target = next((str(a) for a in reversed(args) if not str(a).startswith("-")), None)
+            reason = "; ".join(errors) or text_err or f"exiftool exited with status {status}"
+            raise PhotoError(target, f"exiftool failed: {reason}")
+        return out.decode("utf-8", "replace")

@@ -1,0 +1,422 @@
+"""Lossless metadata writing (JPEG in-process, PNG/TIFF/HEIC via exiftool) and the exiftool process."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import piexif
+import pillow_heif
+import pytest
+from PIL import Image
+
+from photos import exif as exif_module
+from photos import samples
+from photos.errors import InvalidParameter, NeedsExiftool, PhotoError, UnreadableImage
+from photos.exif import (
+    ExifEdit,
+    jpeg_scan_data,
+    parse_shift,
+    read_metadata,
+    read_metadata_exiftool,
+    write_metadata,
+)
+from photos.exiftool import ExifTool
+from photos.fileops import staged_path
+
+pillow_heif.register_heif_opener()
+
+EDIT = ExifEdit(
+    keywords=["beach", "Été", "2024", "1.50"],
+    description="Sunset at the pier\nsecond line with a \\ backslash",
+    rating=4,
+    artist="Zoë Ångström",
+    copyright="© 2024 Zoë",
+    shift=timedelta(hours=1, minutes=30),
+    facts={"sharpness": 12.5, "phash": "806f61f8817c7fe0"},
+)
+
+
+def _pixels(path: Path) -> np.ndarray:
+    with Image.open(path) as img:
+        return np.asarray(img.convert("RGB"))
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def camera_jpeg(tmp_path: Path) -> Path:
+    """A generated camera JPEG (EXIF with camera, dates, maybe GPS) with spaces/accents in its name."""
+    path = samples.generate_samples(tmp_path / "in", 6, seed=3, size=(320, 240))[5]
+    assert path.name.startswith("Été à Paris")
+    return path
+
+
+def _heic_works() -> bool:
+    return bool(pillow_heif.libheif_info().get("HEIF"))
+
+
+# -- parse_shift and ExifEdit --------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("+1h", timedelta(hours=1)),
+        ("-30m", timedelta(minutes=-30)),
+        ("+1d2h", timedelta(days=1, hours=2)),
+        ("+90s", timedelta(seconds=90)),
+        ("2h30m", timedelta(hours=2, minutes=30)),
+        (" -1d2h3m4s ", -timedelta(days=1, hours=2, minutes=3, seconds=4)),
+    ],
+)
+def test_parse_shift_accepts_signed_unit_strings(text: str, expected: timedelta) -> None:
+    # Given a shift string / When parsed / Then the timedelta it means
+    assert parse_shift(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "+", "1x", "+1h1h", "+2m1h", "1.5h", "+-1h", "h", "+999999999d"])
+def test_parse_shift_rejects_malformed_strings(text: str) -> None:
+    # Given a malformed shift / When parsed / Then InvalidParameter with an example of the syntax
+    with pytest.raises(InvalidParameter, match=r"shift"):
+        parse_shift(text)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"rating": 6},
+        {"rating": -1},
+        {"rating": True},
+        {"keywords": "beach"},
+        {"keywords": ["a;b"]},
+        {"keywords": ["tab\tbed"]},
+        {"description": "bell\x07"},
+        {"shift": "+1 hour"},
+        {"shift": timedelta(milliseconds=5)},
+        {"facts": {"x": object()}},
+    ],
+)
+def test_exif_edit_validates_its_fields(kwargs: dict) -> None:
+    # Given an invalid field / When an edit is built / Then InvalidParameter
+    with pytest.raises(InvalidParameter):
+        ExifEdit(**kwargs)
+
+
+def test_exif_edit_from_params_parses_and_rejects_unknown_keys() -> None:
+    # Given job parameters / When converted / Then shift is parsed, keywords cleaned, unknowns refused
+    edit = ExifEdit.from_params({"shift": "-30m", "keywords": [" a ", "b", "a", ""]})
+    assert edit.shift == timedelta(minutes=-30)
+    assert edit.keywords == ["a", "b"]
+    assert not edit.is_empty() and ExifEdit().is_empty() and ExifEdit(shift=timedelta(0)).is_empty()
+    with pytest.raises(InvalidParameter, match="titel"):
+        ExifEdit.from_params({"titel": "typo"})
+
+
+# -- JPEG, in-process ----------------------------------------------------------------------------
+def test_jpeg_edit_is_lossless_and_reads_back(camera_jpeg: Path) -> None:
+    # Given a camera JPEG and a staged destination
+    before = read_metadata(camera_jpeg)
+    src_sha = _sha(camera_jpeg)
+    dst = staged_path(camera_jpeg, "item1-t1")
+    # When metadata is written
+    write_metadata(camera_jpeg, dst, EDIT)
+    # Then the decoded pixels are identical and so is every byte from the SOS marker on
+    assert np.array_equal(_pixels(camera_jpeg), _pixels(dst))
+    assert jpeg_scan_data(dst.read_bytes()) == jpeg_scan_data(camera_jpeg.read_bytes())
+    assert dst.read_bytes() != camera_jpeg.read_bytes()
+    # and the source is untouched
+    assert _sha(camera_jpeg) == src_sha
+    # and everything written reads back, the capture time shifted by 1h30
+    after = read_metadata(dst)
+    assert after["keywords"] == ["beach", "Été", "2024", "1.50"]
+    assert after["description"] == EDIT.description
+    assert (after["rating"], after["artist"], after["copyright"]) == (4, "Zoë Ångström", "© 2024 Zoë")
+    assert after["facts"] == EDIT.facts
+    assert after["taken"] == _plus(before["taken"], EDIT.shift)
+
+
+def _plus(iso: str, delta: timedelta) -> str:
+    return (datetime.fromisoformat(iso) + delta).isoformat()
+
+
+def test_jpeg_edit_is_read_identically_by_exiftool(camera_jpeg: Path) -> None:
+    # Given a JPEG edited in-process
+    dst = staged_path(camera_jpeg, "item1-t1")
+    write_metadata(camera_jpeg, dst, EDIT)
+    # When exiftool reads it / Then it sees exactly what was written (standard tags, encodings)
+    assert read_metadata_exiftool(dst) == read_metadata(dst)
+
+
+def test_jpeg_edit_keeps_camera_tags_and_shifts_all_three_dates(camera_jpeg: Path) -> None:
+    # Given a camera JPEG with Make/Model/Lens and three date tags
+    dst = staged_path(camera_jpeg, "t1")
+    old = piexif.load(str(camera_jpeg))
+    # When shifted back by 1 day and 2 hours
+    write_metadata(camera_jpeg, dst, ExifEdit(shift=parse_shift("-1d2h")))
+    new = piexif.load(str(dst))
+    # Then camera tags are kept and DateTimeOriginal, DateTimeDigitized and DateTime all moved
+    for ifd, tag in (("0th", piexif.ImageIFD.Make), ("0th", piexif.ImageIFD.Model), ("0th", 274)):
+        assert new[ifd][tag] == old[ifd][tag]
+    assert new["GPS"] == old["GPS"]
+    for ifd, tag in (("Exif", 36867), ("Exif", 36868), ("0th", 306)):
+        was = datetime.strptime(old[ifd][tag].decode(), "%Y:%m:%d %H:%M:%S")
+        now = datetime.strptime(new[ifd][tag].decode(), "%Y:%m:%d %H:%M:%S")
+        assert was - now == timedelta(days=1, hours=2)
+
+
+def test_jpeg_without_exif_gets_an_exif_segment_after_jfif(tmp_path: Path) -> None:
+    # Given a JPEG with a JFIF APP0 segment and no EXIF
+    src = tmp_path / "plain.jpg"
+    samples._pattern((120, 80)).save(src, "JPEG", quality=90)
+    assert read_metadata(src)["keywords"] == []
+    dst = staged_path(src, "t1")
+    # When keywords are written
+    write_metadata(src, dst, ExifEdit(keywords=["new"], rating=5))
+    data = dst.read_bytes()
+    # Then JFIF stays first, EXIF follows it, the image data is unchanged and the tags read back
+    assert data[2:4] == b"\xff\xe0" and data[6:11] == b"JFIF\x00"
+    app0_end = 4 + int.from_bytes(data[4:6], "big")
+    assert (
+        data[app0_end : app0_end + 2] == b"\xff\xe1" and data[app0_end + 4 : app0_end + 10] == b"Exif\x00\x00"
+    )
+    assert jpeg_scan_data(data) == jpeg_scan_data(src.read_bytes())
+    assert (read_metadata(dst)["keywords"], read_metadata(dst)["rating"]) == (["new"], 5)
+
+
+def test_empty_values_clear_and_none_keeps(camera_jpeg: Path) -> None:
+    # Given a JPEG already carrying keywords and a description
+    first = staged_path(camera_jpeg, "t1")
+    write_metadata(camera_jpeg, first, ExifEdit(keywords=["a", "b"], description="desc", artist="Ann"))
+    second = staged_path(camera_jpeg, "t2")
+    # When keywords and description are cleared and artist is left as None
+    write_metadata(first, second, ExifEdit(keywords=[], description=""))
+    meta = read_metadata(second)
+    # Then the cleared ones are gone and the untouched one remains
+    assert meta["keywords"] == [] and meta["description"] is None
+    assert meta["artist"] == "Ann"
+
+
+def test_jpeg_with_a_makernote_is_edited_by_exiftool_losslessly(camera_jpeg: Path, tmp_path: Path) -> None:
+    # Given a JPEG whose EXIF holds a MakerNote (offsets piexif would break by moving it)
+    exif = piexif.load(str(camera_jpeg))
+    exif["Exif"][piexif.ExifIFD.MakerNote] = b"Nikon\x00\x02\x10\x00\x00" + bytes(range(40))
+    src = tmp_path / "maker note.jpg"
+    piexif.insert(piexif.dump(exif), camera_jpeg.read_bytes(), str(src))
+    dst = staged_path(src, "t1")
+    # When metadata is written
+    write_metadata(src, dst, ExifEdit(keywords=["kw"], description="via exiftool"))
+    # Then exiftool did it (it also writes XMP), the image data is identical and the edit reads back
+    assert b"http://ns.adobe.com/xap/1.0/" in dst.read_bytes()
+    assert jpeg_scan_data(dst.read_bytes()) == jpeg_scan_data(src.read_bytes())
+    assert np.array_equal(_pixels(src), _pixels(dst))
+    meta = read_metadata(dst)
+    assert (meta["keywords"], meta["description"]) == (["kw"], "via exiftool")
+
+
+def test_invalid_date_cannot_be_shifted(tmp_path: Path) -> None:
+    # Given a JPEG whose DateTimeOriginal is garbage
+    src = tmp_path / "bad date.jpg"
+    exif = {"0th": {}, "Exif": {piexif.ExifIFD.DateTimeOriginal: b"yesterday noon"}, "1st": {}, "GPS": {}}
+    samples._pattern((32, 32)).save(src, "JPEG", exif=piexif.dump(exif))
+    # When shifted / Then PhotoError names the tag and value, and no output is written
+    dst = staged_path(src, "t1")
+    with pytest.raises(PhotoError, match="DateTimeOriginal.*yesterday noon"):
+        write_metadata(src, dst, ExifEdit(shift=timedelta(hours=1)))
+    assert not dst.exists()
+
+
+# -- PNG, TIFF, HEIC through exiftool ------------------------------------------------------------
+@pytest.mark.parametrize("maker", ["png", "tiff", "heic"])
+def test_exiftool_formats_keep_pixels_and_read_back(tmp_path: Path, maker: str) -> None:
+    if maker == "heic" and not _heic_works():
+        pytest.skip("pillow-heif has no HEVC encoder here")
+    # Given a PNG / TIFF / HEIC with spaces and accents in its name and a capture time
+    src = getattr(samples, f"make_{maker}")(tmp_path / f"Été à Paris.{maker}")
+    src_sha = _sha(src)
+    dst = staged_path(src, "item7-t1")
+    # When metadata is written
+    write_metadata(src, dst, EDIT)
+    # Then the decoded pixels are identical, the source untouched and every field reads back
+    assert np.array_equal(_pixels(src), _pixels(dst))
+    assert _sha(src) == src_sha
+    meta = read_metadata(dst)
+    assert meta["keywords"] == ["beach", "Été", "2024", "1.50"]
+    assert meta["description"] == EDIT.description
+    assert (meta["rating"], meta["artist"], meta["copyright"]) == (4, "Zoë Ångström", "© 2024 Zoë")
+    assert meta["facts"] == EDIT.facts
+    assert meta["taken"] == "2020-05-17T12:00:00"
+
+
+def test_exiftool_keywords_replace_previous_ones(tmp_path: Path) -> None:
+    # Given a PNG that already has keywords
+    src = samples.make_png(tmp_path / "a.png")
+    first = staged_path(src, "t1")
+    write_metadata(src, first, ExifEdit(keywords=["old1", "old2"]))
+    second = staged_path(src, "t2")
+    # When new keywords are written / Then only the new ones remain
+    write_metadata(first, second, ExifEdit(keywords=["new"]))
+    assert read_metadata(second)["keywords"] == ["new"]
+
+
+def test_exiftool_output_replaces_a_stale_staged_file(tmp_path: Path) -> None:
+    # Given a stale staged file from a crashed attempt
+    src = samples.make_png(tmp_path / "a.png")
+    dst = staged_path(src, "t1")
+    dst.write_bytes(b"garbage from a crashed attempt")
+    # When written again / Then dst is a proper edited PNG
+    write_metadata(src, dst, ExifEdit(rating=2))
+    assert read_metadata(dst)["rating"] == 2
+    assert np.array_equal(_pixels(src), _pixels(dst))
+
+
+def test_png_without_exiftool_needs_exiftool_but_jpeg_does_not(
+    tmp_path: Path, camera_jpeg: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given exiftool is not on PATH
+    monkeypatch.setattr(exif_module.exiftool, "available", lambda: False)
+    png = samples.make_png(tmp_path / "a.png")
+    # When writing a PNG / Then NeedsExiftool names the file and how to install it
+    with pytest.raises(NeedsExiftool, match="PNG metadata needs exiftool") as info:
+        write_metadata(png, staged_path(png, "t1"), ExifEdit(rating=1))
+    assert info.value.path == str(png)
+    assert not staged_path(png, "t1").exists()
+    # And a JPEG is still written in-process
+    write_metadata(camera_jpeg, staged_path(camera_jpeg, "t1"), ExifEdit(rating=1))
+    assert read_metadata(staged_path(camera_jpeg, "t1"))["rating"] == 1
+
+
+# -- bad input -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "content, reason",
+    [(None, "does not exist"), (b"", r"empty \(0 bytes\)"), (b"just some text\n", "not a JPEG, PNG, TIFF")],
+)
+def test_bad_input_is_unreadable_and_writes_nothing(
+    tmp_path: Path, content: bytes | None, reason: str
+) -> None:
+    # Given a missing, empty or text file named .jpg
+    src = tmp_path / "bad.jpg"
+    if content is not None:
+        src.write_bytes(content)
+    dst = staged_path(src, "t1")
+    # When metadata is written / Then UnreadableImage naming the file, and no output
+    with pytest.raises(UnreadableImage, match=reason) as info:
+        write_metadata(src, dst, EDIT)
+    assert info.value.path == str(src)
+    assert not dst.exists()
+
+
+def test_truncated_jpeg_header_is_unreadable(tmp_path: Path, camera_jpeg: Path) -> None:
+    # Given a JPEG cut inside its EXIF segment
+    src = tmp_path / "cut.jpg"
+    src.write_bytes(camera_jpeg.read_bytes()[:300])
+    # When written / Then UnreadableImage says the header is truncated
+    with pytest.raises(UnreadableImage, match="truncated JPEG header"):
+        write_metadata(src, staged_path(src, "t1"), EDIT)
+
+
+def test_source_and_destination_must_differ(camera_jpeg: Path) -> None:
+    # Given the source as destination / When written / Then refused, source untouched
+    sha = _sha(camera_jpeg)
+    with pytest.raises(PhotoError, match="separate destination"):
+        write_metadata(camera_jpeg, camera_jpeg, EDIT)
+    assert _sha(camera_jpeg) == sha
+
+
+# -- the exiftool process ------------------------------------------------------------------------
+def test_exiftool_reports_errors_with_its_stderr(tmp_path: Path) -> None:
+    # Given a running exiftool / When asked about a missing file / Then PhotoError with its message
+    with ExifTool() as tool:
+        with pytest.raises(PhotoError, match="File not found"):
+            tool.execute("-j", str(tmp_path / "missing.jpg"))
+        # and it keeps working afterwards
+        assert tool.execute("-ver").strip()
+
+
+def test_exiftool_restarts_after_the_process_dies() -> None:
+    # Given a running exiftool process that gets killed
+    with ExifTool() as tool:
+        version = tool.execute("-ver").strip()
+        pid = tool.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        tool._proc.wait()  # reap it so the death is visible
+        # When the next command runs / Then a new process answers it
+        assert tool.execute("-ver").strip() == version
+        assert tool.pid not in (None, pid)
+
+
+def test_exiftool_dies_with_a_killed_worker() -> None:
+    # Given a worker process that started exiftool and is then killed with SIGKILL (no cleanup)
+    code = (
+        "import os, signal\n"
+        "from photos.exiftool import ExifTool\n"
+        "tool = ExifTool()\n"
+        "tool.execute('-ver')\n"
+        "print(tool.pid, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    repo = Path(__file__).resolve().parents[3]
+    run = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=60)
+    pid = int(run.stdout.strip())
+    # When we wait for its exiftool to end
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return  # already gone
+    try:
+        ready, _, _ = select.select([fd], [], [], 20)
+    finally:
+        os.close(fd)
+    # Then it ended with its parent instead of lingering as an orphan
+    assert ready, f"exiftool {pid} outlived its killed parent"
+
+
+def test_exiftool_is_thread_safe(tmp_path: Path) -> None:
+    # Given several PNGs with different ratings and threads sharing one exiftool
+    paths = []
+    for i in range(6):
+        src = samples.make_png(tmp_path / f"p{i}.png", (8, 8))
+        dst = tmp_path / f"out{i}.png"
+        write_metadata(src, dst, ExifEdit(rating=i % 6, keywords=[f"k{i}"]))
+        paths.append(dst)
+    results: dict[int, dict] = {}
+    errors: list[BaseException] = []
+
+    def read(i: int) -> None:
+        try:
+            for _ in range(5):
+                results[i] = read_metadata(paths[i])
+        except BaseException as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(6)]
+    # When they all read at once
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Then every thread got its own file's answer
+    assert errors == []
+    assert {i: (r["rating"], r["keywords"]) for i, r in results.items()} == {
+        i: (i % 6, [f"k{i}"]) for i in range(6)
+    }
+
+
+def test_exiftool_shared_is_one_instance_per_process() -> None:
+    # Given / When shared() is called twice / Then the same instance
+    assert ExifTool.shared() is ExifTool.shared()
+
+
+def test_exiftool_refuses_arguments_with_newlines() -> None:
+    # Given an argument with a newline (it would split in the argument file) / Then refused
+    with pytest.raises(PhotoError, match="newline"):
+        ExifTool.shared().execute("-Comment=a\nb", "/nonexistent")
