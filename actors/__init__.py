@@ -7,4 +7,4 @@ from photojobs.runtime import setup_worker_broker
 
 broker = setup_worker_broker()
 
-from . import noop  # noqa: E402,F401  (actors register with the broker above)
+from . import analysis, archive, exif, noop, rename, upload  # noqa: E402,F401  (register with the broker)

@@ -7,8 +7,9 @@ from typing import Any
 
 import dramatiq
 
-from middleware.context import ItemContext, current
+from middleware.context import ItemContext, Stopped, current
 from photojobs.lanes import lane_spec
+from photos.errors import PhotoError
 
 
 def lane_actor(name: str) -> Callable[[Callable[[ItemContext], Any]], dramatiq.Actor]:
@@ -23,7 +24,11 @@ def lane_actor(name: str) -> Callable[[Callable[[ItemContext], Any]], dramatiq.A
         run.__name__ = run.__qualname__ = spec.actor
         run.__doc__ = fn.__doc__
         return dramatiq.actor(
-            run, actor_name=spec.actor, queue_name=spec.queue, time_limit=int(spec.time_limit * 1000)
+            run,
+            actor_name=spec.actor,
+            queue_name=spec.queue,
+            time_limit=int(spec.time_limit * 1000),
+            throws=(PhotoError, Stopped),
         )
 
     return declare

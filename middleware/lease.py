@@ -43,6 +43,9 @@ def worker_identity() -> str:
 
 
 class LeaseMiddleware(Middleware):
+    # Expected outcomes (a bad photo, a cooperative stop) are logged briefly, not as tracebacks.
+    actor_options = {"throws"}
+
     def __init__(
         self,
         specs: dict[str, LaneSpec],

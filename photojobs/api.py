@@ -82,6 +82,13 @@ class Client:
         names = parse_lanes(list(lanes) if not isinstance(lanes, str) else lanes)
         clean = validate_params(names, dict(params or {}))
         photos, roots = collect_photos(paths, any_file=names == ["noop"])
+        if roots:
+            base = roots[0]
+            if "upload" in names:
+                clean.setdefault("upload.target", f"{base}-uploads")
+            if "archive" in names:
+                clean.setdefault("archive.root", f"{base}-archive")
+                clean.setdefault("archive.bundle", "none")
         inputs = [store_jobs.PhotoInput(str(p), _size(p)) for p in photos]
         return store_jobs.submit(
             self.engine,

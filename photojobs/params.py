@@ -1,19 +1,123 @@
-"""Job parameters, named by lane (``exif.rating=5``): validated at submission against this list."""
+"""Job parameters, named by lane (``exif.rating=5``), checked and normalised at submission.
+
+An unknown or malformed parameter is refused with the list of valid ones, before anything is written.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from photos.errors import InvalidParameter
 
-# lane -> {parameter: description}
-KNOWN: dict[str, dict[str, str]] = {
+DEFAULT_RENAME_PATTERN = "{taken:%Y/%m/%Y-%m-%d_%H%M%S}_{camera}{ext}"
+
+
+def _float(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidParameter(f"expected a number, got {value!r}") from None
+    if number < 0:
+        raise InvalidParameter(f"expected a non-negative number, got {value!r}")
+    return number
+
+
+def _int(lo: int, hi: int) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            raise InvalidParameter(f"expected a whole number {lo}-{hi}, got {value!r}") from None
+        if not lo <= number <= hi:
+            raise InvalidParameter(f"expected a whole number {lo}-{hi}, got {value!r}")
+        return number
+
+    return parse
+
+
+def _text(value: Any) -> str:
+    return str(value)
+
+
+def _keywords(value: Any) -> list[str]:
+    items = value if isinstance(value, list) else str(value).split(",")
+    return [str(k).strip() for k in items if str(k).strip()]
+
+
+def _shift(value: Any) -> str:
+    from photos.exif import parse_shift
+
+    parse_shift(str(value))
+    return str(value)
+
+
+def _pattern(value: Any) -> str:
+    from photos.rename import validate_pattern
+
+    validate_pattern(str(value))
+    return str(value)
+
+
+def _upload_target(value: Any) -> str:
+    from photos.upload import parse_target
+
+    parse_target(str(value))
+    return str(value)
+
+
+def _bundle(value: Any) -> str:
+    from photos.archive import parse_bundle_kind
+
+    return parse_bundle_kind(str(value))
+
+
+def _folder(value: Any) -> str:
+    text = str(value).strip()
+    if not text:
+        raise InvalidParameter("expected a folder path, got an empty value")
+    return text
+
+
+@dataclass(frozen=True)
+class Param:
+    parse: Callable[[Any], Any]
+    help: str
+
+
+KNOWN: dict[str, dict[str, Param]] = {
     "noop": {
-        "sleep": "seconds each item waits, checking for stop requests (default 0)",
-        "spin": "seconds of pure-Python CPU work per item",
-        "crash_if": "items whose path contains this text kill their worker (diagnostics)",
-        "fail_if": "items whose path contains this text raise an error (diagnostics)",
+        "sleep": Param(_float, "seconds each item waits, checking for stop requests (default 0)"),
+        "spin": Param(_float, "seconds of pure-Python CPU work per item (diagnostics)"),
+        "crash_if": Param(_text, "items whose path contains this text kill their worker (diagnostics)"),
+        "fail_if": Param(_text, "items whose path contains this text raise an error (diagnostics)"),
+    },
+    "analysis": {
+        "max_pixels": Param(_int(1, 2_000_000_000), "refuse images larger than this many pixels (200 MP)"),
+        "dup_distance": Param(_int(0, 64), "phash distance for near-duplicate groups (default 6)"),
+    },
+    "exif": {
+        "keywords": Param(_keywords, "comma-separated keywords (replace existing ones)"),
+        "description": Param(_text, "image description"),
+        "rating": Param(_int(0, 5), "star rating 0-5"),
+        "artist": Param(_text, "artist / creator"),
+        "copyright": Param(_text, "copyright notice"),
+        "shift": Param(_shift, "capture-time shift such as +1h, -30m, +1d2h"),
+    },
+    "rename": {
+        "pattern": Param(
+            _pattern, f"target path relative to the photo's root (default {DEFAULT_RENAME_PATTERN})"
+        ),
+    },
+    "upload": {
+        "target": Param(_upload_target, "a local folder (default <root>-uploads) or s3://bucket/prefix"),
+        "endpoint": Param(_text, "S3-compatible endpoint URL (credentials from AWS_* environment)"),
+        "key": Param(_pattern, "key pattern (default: content-addressed {sha256[:2]}/{sha256}{ext})"),
+    },
+    "archive": {
+        "root": Param(_folder, "archive folder (default <root>-archive); originals move into dated folders"),
+        "bundle": Param(_bundle, "zip, tar or none (default): bundle the job's photos with a manifest"),
     },
 }
 
@@ -22,16 +126,35 @@ def valid_names(lanes: Sequence[str]) -> list[str]:
     return sorted(f"{lane}.{name}" for lane in lanes for name in KNOWN.get(lane, {}))
 
 
+def describe(lanes: Sequence[str]) -> str:
+    return "; ".join(f"{lane}.{n}: {p.help}" for lane in lanes for n, p in KNOWN.get(lane, {}).items())
+
+
 def validate_params(lanes: Sequence[str], params: Mapping[str, Any]) -> dict[str, Any]:
-    """Refuse unknown parameters (or ones for a lane not in the job), listing the valid ones."""
+    """Refuse unknown parameters (or ones for a lane not in the job) and malformed values."""
     allowed = set(valid_names(lanes))
-    bad = [k for k in params if k not in allowed]
+    bad = sorted(k for k in params if k not in allowed)
     if bad:
-        listing = ", ".join(valid_names(lanes)) or "none"
+        listing = ", ".join(valid_names(lanes)) or "none for these lanes"
         raise InvalidParameter(
-            f"unknown parameter(s) {', '.join(sorted(bad))} for lanes {','.join(lanes)}; valid: {listing}"
+            f"unknown parameter(s) {', '.join(bad)} for lanes {','.join(lanes)}; valid: {listing}"
         )
-    return dict(params)
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        lane, _, name = key.partition(".")
+        try:
+            out[key] = KNOWN[lane][name].parse(value)
+        except InvalidParameter as exc:
+            raise InvalidParameter(f"parameter {key}={value!r}: {exc}") from None
+    if out.get("upload.endpoint") and not str(out.get("upload.target", "")).startswith("s3://"):
+        raise InvalidParameter("parameter upload.endpoint needs an s3:// upload.target")
+    return out
+
+
+def lane_params(params: Mapping[str, Any], lane: str) -> dict[str, Any]:
+    """The parameters of one lane, without the lane prefix."""
+    prefix = lane + "."
+    return {k[len(prefix) :]: v for k, v in params.items() if k.startswith(prefix)}
 
 
 def parse_param_pairs(pairs: Sequence[str]) -> dict[str, str]:

@@ -136,7 +136,18 @@ class Intent(Base):
     state: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[float] = mapped_column(Float)
 
-    __table_args__ = (Index("ix_intents_target", "target"),)
+    __table_args__ = (
+        Index("ix_intents_target", "target"),
+        # At most one live (recorded) intent per target path: two items can never both plan to
+        # publish to the same name.
+        Index(
+            "uq_intents_live_target",
+            "target",
+            unique=True,
+            postgresql_where=text("state = 'recorded'"),
+            sqlite_where=text("state = 'recorded'"),
+        ),
+    )
 
 
 class Event(Base):

@@ -127,6 +127,13 @@ def upgrade() -> None:
     with op.batch_alter_table("intents", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_intents_item_id"), ["item_id"], unique=False)
         batch_op.create_index("ix_intents_target", ["target"], unique=False)
+        batch_op.create_index(
+            "uq_intents_live_target",
+            ["target"],
+            unique=True,
+            postgresql_where=sa.text("state = 'recorded'"),
+            sqlite_where=sa.text("state = 'recorded'"),
+        )
 
     op.create_table(
         "item_photos",
@@ -167,6 +174,7 @@ def downgrade() -> None:
     op.drop_table("photo_locks")
     op.drop_table("item_photos")
     with op.batch_alter_table("intents", schema=None) as batch_op:
+        batch_op.drop_index("uq_intents_live_target")
         batch_op.drop_index("ix_intents_target")
         batch_op.drop_index(batch_op.f("ix_intents_item_id"))
 

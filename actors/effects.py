@@ -1,0 +1,196 @@
+"""Exactly-once file effects (DESIGN.md rule 9), shared by the exif, rename, archive and upload lanes.
+
+Order of every effect: stage the output next to its target (fsynced) -> record an intent in a
+fenced transaction -> apply it with one atomic operation (fsync the directory) -> mark it applied
+in a fenced transaction, moving the photo's path/hash in the store with it. A recovering attempt
+first finishes or discards every intent its predecessors left ``recorded``; a zombie's late apply
+finds its staged file (or its source) gone and changes nothing.
+
+Intent kinds:
+- ``replace``: ``staged`` takes the place of ``target`` (an EXIF edit of the photo in place).
+- ``move``: ``source`` moves to ``target`` without clobbering (rename, archive).
+- ``publish``: ``staged`` (a copy) gets the name ``target`` without clobbering (local upload).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from middleware.context import ItemContext
+from photojobs import failpoints
+from photos import fileops
+from store import intents as store_intents
+from store.intents import IntentRow, TargetTaken
+
+log = logging.getLogger("photojobs.effects")
+
+__all__ = ["Applied", "FileEffects", "TargetTaken"]
+
+
+@dataclass(frozen=True)
+class Applied:
+    intent_id: int
+    kind: str
+    target: str
+    recovered: bool
+    note: str | None = None
+
+
+class FileEffects:
+    def __init__(self, ctx: ItemContext) -> None:
+        self.ctx = ctx
+        self.lane = ctx.spec.name
+
+    @property
+    def tag(self) -> str:
+        return f"i{self.ctx.item_id}-t{self.ctx.token}"
+
+    # -- recovery ---------------------------------------------------------------------------
+    def recover(self) -> list[Applied]:
+        """Finish or discard the intents earlier attempts of this item left behind."""
+        done: list[Applied] = []
+        for intent in store_intents.open_intents(self.ctx.engine, self.ctx.item_id):
+            outcome = self._finish(intent)
+            if outcome is not None:
+                done.append(outcome)
+        return done
+
+    def _finish(self, intent: IntentRow) -> Applied | None:
+        target = Path(intent.target)
+        staged = Path(intent.staged)
+        if _has_content(target, intent.sha256):
+            if intent.kind == "move" and intent.source and os.path.lexists(intent.source):
+                if os.path.samefile(intent.source, target):  # linked, died before the unlink
+                    os.unlink(intent.source)
+                    fileops.fsync_dir(Path(intent.source).parent)
+            self._settle(intent, "applied", "found applied by an earlier attempt")
+            return Applied(intent.id, intent.kind, intent.target, True, "already applied")
+        try:
+            if intent.kind == "replace" and staged.exists():
+                fileops.replace_atomic(staged, target)
+            elif intent.kind == "publish" and staged.exists():
+                fileops.publish_no_clobber(staged, target)
+            elif intent.kind == "move" and intent.source and Path(intent.source).exists():
+                fileops.move_no_clobber(intent.source, target, intent.sha256, tag=self.tag)
+            else:
+                self._settle(intent, "discarded", "nothing left to apply (staged file or source gone)")
+                return None
+        except FileExistsError:
+            self._settle(intent, "discarded", f"target {target} is taken by another file")
+            return None
+        self._settle(intent, "applied", "applied by the recovering attempt")
+        return Applied(intent.id, intent.kind, intent.target, True, "applied on recovery")
+
+    def _settle(self, intent: IntentRow, state: str, note: str) -> None:
+        moves_photo = intent.kind in ("move", "replace") and intent.photo_id == self.ctx.lease.photo_id
+        with self.ctx.fenced(f"{state} intent") as s:
+            store_intents.settle(
+                s,
+                self.ctx.lease,
+                intent.id,
+                state,
+                worker=self.ctx.worker,
+                photo_path=intent.target
+                if state == "applied" and intent.kind == "move" and moves_photo
+                else None,
+                photo_sha256=intent.sha256 if state == "applied" and moves_photo else None,
+                note=note,
+            )
+
+    def sweep_temps(self, *folders: Path) -> list[Path]:
+        """Remove this item's staged files left by earlier (dead) attempts in ``folders``."""
+        live = store_intents.live_staged_paths(self.ctx.engine)
+        mine = f".pj-i{self.ctx.item_id}-t"
+        removed = []
+        for folder in folders:
+            if not folder.is_dir():
+                continue
+            for entry in folder.iterdir():
+                if mine in entry.name and entry.name.endswith(".tmp") and str(entry) not in live:
+                    if not entry.name.endswith(f"{mine}{self.ctx.token}.tmp"):
+                        entry.unlink(missing_ok=True)
+                        removed.append(entry)
+        return removed
+
+    # -- one effect -----------------------------------------------------------------------
+    def record(self, *, kind: str, staged: Path, target: Path, source: Path | None, sha256: str) -> int:
+        with self.ctx.fenced("record intent") as s:
+            intent_id = store_intents.record(
+                s,
+                self.ctx.lease,
+                kind=kind,
+                staged=str(staged),
+                target=str(target),
+                source=str(source) if source else None,
+                sha256=sha256,
+                worker=self.ctx.worker,
+            )
+        failpoints.hit(f"{self.lane}.after_record")
+        return intent_id
+
+    def apply_and_mark(
+        self, intent_id: int, *, kind: str, staged: Path, target: Path, source: Path | None, sha256: str
+    ) -> Applied:
+        """Apply a recorded intent atomically, then mark it applied (moving the photo in the store)."""
+        if kind == "replace":
+            fileops.replace_atomic(staged, target)
+        elif kind == "publish":
+            fileops.publish_no_clobber(staged, target)
+        elif kind == "move":
+            assert source is not None
+            fileops.move_no_clobber(source, target, sha256, tag=self.tag)
+        else:
+            raise ValueError(f"unknown intent kind {kind!r}")
+        failpoints.hit(f"{self.lane}.after_apply")
+        row = IntentRow(
+            intent_id,
+            self.ctx.item_id,
+            self.ctx.token,
+            self.ctx.lease.photo_id,
+            kind,
+            str(staged),
+            str(target),
+            str(source) if source else None,
+            sha256,
+            "recorded",
+        )
+        self._settle(row, "applied", "applied")
+        failpoints.hit(f"{self.lane}.after_mark")
+        return Applied(intent_id, kind, str(target), False)
+
+    def discard(self, intent_id: int, kind: str, staged: Path, target: Path, note: str) -> None:
+        row = IntentRow(
+            intent_id,
+            self.ctx.item_id,
+            self.ctx.token,
+            self.ctx.lease.photo_id,
+            kind,
+            str(staged),
+            str(target),
+            None,
+            None,
+            "recorded",
+        )
+        self._settle(row, "discarded", note)
+
+
+def _has_content(path: Path, sha256: str | None) -> bool:
+    if sha256 is None or not path.is_file():
+        return False
+    try:
+        return fileops.sha256_file(path) == sha256
+    except OSError:
+        return False
+
+
+def result_of(applied: Applied, **extra: Any) -> dict[str, Any]:
+    return {
+        "target": applied.target,
+        "recovered": applied.recovered,
+        **({"note": applied.note} if applied.note else {}),
+        **extra,
+    }

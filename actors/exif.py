@@ -1,0 +1,45 @@
+"""The ``exif`` lane: write metadata losslessly, replacing the photo in place exactly once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from middleware.context import ItemContext
+from photojobs import failpoints
+from photos import fileops
+from photos.exif import ExifEdit, write_metadata
+
+from .common import facts_for, params, photo_path
+from .effects import FileEffects, result_of
+from .lane import lane_actor
+
+
+@lane_actor("exif")
+def exif(ctx: ItemContext) -> dict[str, Any]:
+    effects = FileEffects(ctx)
+    recovered = effects.recover()
+    if recovered:
+        return result_of(recovered[-1])
+    path = photo_path(ctx)
+    effects.sweep_temps(path.parent)
+    edit_params = params(ctx)
+    facts = facts_for(ctx, path)
+    summary = {
+        k: facts.get(k) for k in ("sha256", "width", "height", "taken", "make", "model") if facts.get(k)
+    }
+    edit = ExifEdit.from_params({**edit_params, "facts": summary})
+    before = fileops.sha256_file(path)
+    staged = fileops.staged_path(path, effects.tag)
+    write_metadata(path, staged, edit)
+    failpoints.hit("exif.after_stage")
+    try:
+        ctx.check()  # last safe point: nothing recorded yet
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+    after = fileops.sha256_file(staged)
+    intent = effects.record(kind="replace", staged=staged, target=path, source=path, sha256=after)
+    applied = effects.apply_and_mark(
+        intent, kind="replace", staged=staged, target=path, source=path, sha256=after
+    )
+    return result_of(applied, sha256_before=before, sha256=after, fields=sorted(edit_params))

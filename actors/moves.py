@@ -1,0 +1,44 @@
+"""Moving a photo to a planned name without clobbering: shared by the rename and archive lanes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from middleware.context import ItemContext
+from photojobs import failpoints
+from photos import fileops
+from photos.errors import PhotoError
+from photos.rename import resolve_target, with_suffix
+
+from .effects import FileEffects, TargetTaken, result_of
+
+MAX_SUFFIX = 10_000
+
+
+def move_photo(
+    ctx: ItemContext, effects: FileEffects, src: Path, root: Path, relpath: str, notes: list[str]
+) -> dict[str, Any]:
+    """Move ``src`` to ``root/relpath`` (or the first free ``_N`` suffix), exactly once."""
+    sha = fileops.sha256_file(src)
+    for n in range(MAX_SUFFIX):
+        target = resolve_target(root, with_suffix(relpath, n))
+        if target == src:
+            return {"target": str(src), "unchanged": True, "notes": notes}
+        if target.exists():
+            continue
+        failpoints.hit(f"{ctx.spec.name}.after_stage")  # the plan is made; nothing recorded yet
+        ctx.check()
+        try:
+            intent = effects.record(kind="move", staged=src, target=target, source=src, sha256=sha)
+        except TargetTaken:
+            continue  # another item reserved this name first: take the next suffix
+        try:
+            applied = effects.apply_and_mark(
+                intent, kind="move", staged=src, target=target, source=src, sha256=sha
+            )
+        except FileExistsError:
+            effects.discard(intent, "move", src, target, f"{target} appeared meanwhile")
+            continue
+        return result_of(applied, suffix=n, notes=notes, sha256=sha)
+    raise PhotoError(src, f"no free name for {relpath} after {MAX_SUFFIX} suffixes")

@@ -1,0 +1,27 @@
+"""The ``rename`` lane: a pattern of capture time and camera, collision-free, never clobbering."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from middleware.context import ItemContext
+from photojobs.params import DEFAULT_RENAME_PATTERN
+from photos.rename import render
+
+from .common import facts_for, params, photo_path, photo_root
+from .effects import FileEffects
+from .lane import lane_actor
+from .moves import move_photo
+
+
+@lane_actor("rename")
+def rename(ctx: ItemContext) -> dict[str, Any]:
+    effects = FileEffects(ctx)
+    recovered = effects.recover()
+    if recovered:
+        return {"target": recovered[-1].target, "recovered": True}
+    path = photo_path(ctx)
+    root = photo_root(ctx, path)
+    facts = facts_for(ctx, path)
+    rendered = render(params(ctx).get("pattern", DEFAULT_RENAME_PATTERN), facts, path, path.stat().st_mtime)
+    return move_photo(ctx, effects, path, root, rendered.relpath, rendered.notes)
