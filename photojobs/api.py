@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,15 @@ def collect_photos(paths: Iterable[str | Path], *, any_file: bool = False) -> tu
     return unique, sorted(set(roots))
 
 
+@dataclass(frozen=True)
+class Plan:
+    lanes: list[str]
+    params: dict[str, Any]
+    photos: list[store_jobs.PhotoInput]
+    roots: list[str]
+    fingerprint: str
+
+
 class Client:
     """photojobs as a library: ``Client().submit(["analysis"], ["/photos"])`` returns a job id at once."""
 
@@ -72,16 +82,17 @@ class Client:
         if migrate:
             upgrade(self.engine)
 
-    def submit(
+    def plan(
         self,
         lanes: str | Sequence[str],
         paths: Iterable[str | Path],
         params: Mapping[str, Any] | None = None,
-    ) -> store_jobs.Submitted:
-        """Write the job, its photos and items in one transaction; raise ``BacklogFull`` past a bound."""
+    ) -> Plan:
+        """Check a job before submitting it: lanes, parameters (with defaults filled in), photos, roots."""
         names = parse_lanes(list(lanes) if not isinstance(lanes, str) else lanes)
         clean = validate_params(names, dict(params or {}))
-        photos, roots = collect_photos(paths, any_file=names == ["noop"])
+        paths_list = list(paths)
+        photos, roots = collect_photos(paths_list, any_file=names == ["noop"])
         if roots:
             base = roots[0]
             if "upload" in names:
@@ -90,14 +101,34 @@ class Client:
                 clean.setdefault("archive.root", f"{base}-archive")
                 clean.setdefault("archive.bundle", "none")
         inputs = [store_jobs.PhotoInput(str(p), _size(p)) for p in photos]
+        # "The same job" is the same command: the paths as given (resolved), lanes and params; not the
+        # files found, since a rename or archive moves them out of the way.
+        given = [str(Path(p).expanduser().resolve()) for p in paths_list]
+        fingerprint = store_jobs.job_fingerprint(names, given, clean)
+        return Plan(names, clean, inputs, [str(r) for r in roots], fingerprint)
+
+    def submit(
+        self,
+        lanes: str | Sequence[str],
+        paths: Iterable[str | Path],
+        params: Mapping[str, Any] | None = None,
+        *,
+        plan: Plan | None = None,
+    ) -> store_jobs.Submitted:
+        """Write the job, its photos and items in one transaction; raise ``BacklogFull`` past a bound."""
+        plan = plan or self.plan(lanes, paths, params)
         return store_jobs.submit(
             self.engine,
-            [self.specs[n] for n in names],
-            inputs,
-            params=clean,
-            roots=[str(r) for r in roots],
-            fingerprint=store_jobs.job_fingerprint(names, [i.path for i in inputs], clean),
+            [self.specs[n] for n in plan.lanes],
+            plan.photos,
+            params=plan.params,
+            roots=plan.roots,
+            fingerprint=plan.fingerprint,
         )
+
+    def find_same_job(self, plan: Plan) -> int | None:
+        """The newest job with the same paths, lanes and params (``photojobs run`` resumes it)."""
+        return store_jobs.find_job_by_fingerprint(self.engine, plan.fingerprint)
 
     def status(self, job_id: int | None = None) -> store_jobs.JobStatus:
         if job_id is None:

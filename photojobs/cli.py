@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import click
 
+from photojobs.cli_support import worker_command, worker_env
 from photojobs.config import Settings
-from photojobs.lanes import LANE_NAMES, all_lanes, parse_lanes
+from photojobs.lanes import LANE_NAMES, parse_lanes
 from photojobs.params import parse_param_pairs
 from photos.errors import InvalidParameter
 from store.errors import BacklogFull, StoreError, SubmissionError, UnknownJob
@@ -193,31 +194,6 @@ def sweep(once: bool) -> None:
         sweeper.stop()
 
 
-def worker_command(lanes: list[str], threads: int) -> list[str]:
-    """One ``dramatiq actors`` worker process serving ``lanes``."""
-    specs = all_lanes()
-    queues = [specs[n].queue for n in lanes]
-    return [
-        sys.executable,
-        "-m",
-        "dramatiq",
-        "actors",
-        "--processes",
-        "1",
-        "--threads",
-        str(threads),
-        "--queues",
-        *queues,
-    ]
-
-
-def worker_env(threads: int) -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("dramatiq_queue_prefetch", str(threads))
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
-
-
 @cli.command()
 @click.option("--lanes", default=",".join(LANE_NAMES), show_default=True, help="Lanes this fleet serves.")
 @click.option("--processes", default=2, show_default=True, help="Worker processes (each restarted alone).")
@@ -251,6 +227,53 @@ def worker(lanes: str, processes: int, threads: int, no_sweeper: bool) -> None:
         sup.stop()
         if sweeper:
             sweeper.stop()
+
+
+@cli.command()
+@click.option("--lanes", required=True, help="Comma-separated pipeline, e.g. analysis,exif,rename.")
+@click.option(
+    "--param", "params", multiple=True, metavar="KEY=VALUE", help="A lane parameter, e.g. exif.rating=5."
+)
+@click.option("--workers", default=2, show_default=True, help="Worker processes (each restarted alone).")
+@click.option("--threads", default=2, show_default=True, help="Threads per worker process.")
+@click.option(
+    "--state", type=click.Path(path_type=Path), help="State folder (default: .photojobs next to PATH)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
+@click.option("--kill-worker-at", type=float, hidden=True, help="Demo: SIGKILL a worker at this share done.")
+@click.argument("paths", nargs=-1, required=True)
+def run(
+    lanes: str,
+    params: tuple[str, ...],
+    workers: int,
+    threads: int,
+    state: Path | None,
+    as_json: bool,
+    kill_worker_at: float | None,
+    paths: tuple[str, ...],
+) -> None:
+    """Run a job over PATHS on this machine: embedded Redis, workers, sweeper, live progress.
+
+    Ctrl-C pauses (a second Ctrl-C stops at once); the same command again resumes the job.
+    """
+    from photojobs.run import RunOptions
+    from photojobs.run import run as run_job
+
+    try:
+        opts = RunOptions(
+            paths=list(paths),
+            lanes=parse_lanes(lanes),
+            params=parse_param_pairs(params),
+            workers=workers,
+            threads=threads,
+            state=state,
+            as_json=as_json,
+            kill_worker_at=kill_worker_at,
+        )
+        code = run_job(opts)
+    except (InvalidParameter, SubmissionError, ValueError) as exc:
+        _fail(str(exc), EX_USAGE)
+    sys.exit(code)
 
 
 def main() -> None:

@@ -378,3 +378,12 @@ def item_row(engine: Engine, item_id: int) -> dict[str, Any] | None:
         if item is None:
             return None
         return {c.name: getattr(item, c.name) for c in Item.__table__.columns}
+
+
+def running_items(engine: Engine, job_id: int) -> list[dict[str, Any]]:
+    """The job's running items with their lease owner (for the demo's worker kill and displays)."""
+    with Session(engine) as s:
+        rows = s.execute(
+            select(Item.id, Item.lane, Item.lease_owner).where(Item.job_id == job_id, Item.state == RUNNING)
+        ).all()
+    return [{"id": r.id, "lane": r.lane, "lease_owner": r.lease_owner} for r in rows]

@@ -336,3 +336,43 @@ def resume(engine: Engine, job_id: int) -> int:
         emit(s, "job_resumed", job_id=job_id, detail={"resumed": n})
         s.commit()
     return n
+
+
+def failure_reasons(engine: Engine, job_id: int, top: int = 3) -> dict[str, list[tuple[str, int]]]:
+    """Per lane, the most frequent errors of failed items: {lane: [(error, count), …]}."""
+    out: dict[str, list[tuple[str, int]]] = {}
+    with Session(engine) as s:
+        rows = s.execute(
+            select(Item.lane, Item.error, func.count().label("n"))
+            .where(Item.job_id == job_id, Item.state == FAILED)
+            .group_by(Item.lane, Item.error)
+            .order_by(func.count().desc())
+        ).all()
+    for lane, error, n in rows:
+        if len(out.setdefault(lane, [])) < top:
+            out[lane].append((error or "unknown error", n))
+    return out
+
+
+def event_type_counts(engine: Engine, job_id: int, types: Sequence[str]) -> dict[str, int]:
+    """How many events of each type the job has (e.g. lease_expired = recoveries)."""
+    from .models import Event
+
+    with Session(engine) as s:
+        rows = s.execute(
+            select(Event.type, func.count())
+            .where(Event.job_id == job_id, Event.type.in_(tuple(types)))
+            .group_by(Event.type)
+        ).all()
+    return {t: 0 for t in types} | dict(rows)
+
+
+def job_results(engine: Engine, job_id: int, lane: str) -> list[dict[str, Any]]:
+    """The results of a lane's succeeded items (e.g. analysis facts, for near-duplicate groups)."""
+    with Session(engine) as s:
+        rows = s.execute(
+            select(Item.photo_id, Item.result).where(
+                Item.job_id == job_id, Item.lane == lane, Item.state == SUCCEEDED
+            )
+        ).all()
+    return [{"photo": pid, **(result or {})} for pid, result in rows]

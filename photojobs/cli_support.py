@@ -1,0 +1,33 @@
+"""Building blocks shared by ``photojobs worker`` and ``photojobs run``."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from photojobs.lanes import all_lanes
+
+
+def worker_command(lanes: list[str], threads: int) -> list[str]:
+    """One ``dramatiq actors`` worker process serving ``lanes``."""
+    specs = all_lanes()
+    queues = [specs[n].queue for n in lanes]
+    return [
+        sys.executable,
+        "-m",
+        "dramatiq",
+        "actors",
+        "--processes",
+        "1",
+        "--threads",
+        str(threads),
+        "--queues",
+        *queues,
+    ]
+
+
+def worker_env(threads: int, base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env.setdefault("dramatiq_queue_prefetch", str(threads))
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env

@@ -1,0 +1,131 @@
+"""Live progress per lane (rich) on a terminal; plain lines when stdout is not a terminal."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from store.jobs import JobStatus
+
+DONE = ("succeeded", "failed", "skipped", "cancelled")
+
+
+class LaneRate:
+    """Items finished per second over the last ``window`` seconds."""
+
+    def __init__(self, window: float = 15.0) -> None:
+        self.samples: deque[tuple[float, int]] = deque()
+        self.window = window
+
+    def add(self, now: float, done: int) -> float:
+        self.samples.append((now, done))
+        while self.samples and now - self.samples[0][0] > self.window:
+            self.samples.popleft()
+        t0, d0 = self.samples[0]
+        return (done - d0) / (now - t0) if now > t0 else 0.0
+
+
+def lane_row(counts: dict[str, int]) -> dict[str, int]:
+    total = sum(counts.values())
+    done = sum(counts.get(s, 0) for s in DONE)
+    return {
+        "total": total,
+        "succeeded": counts.get("succeeded", 0),
+        "failed": counts.get("failed", 0),
+        "skipped": counts.get("skipped", 0),
+        "cancelled": counts.get("cancelled", 0),
+        "running": counts.get("running", 0),
+        "paused": counts.get("paused", 0),
+        "done": done,
+        "remaining": total - done,
+    }
+
+
+def _eta(remaining: int, rate: float) -> str:
+    if remaining == 0:
+        return "done"
+    if rate <= 0:
+        return "-"
+    seconds = int(remaining / rate)
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+class Progress:
+    def __init__(self, console: Console, *, live: bool | None = None, interval: float = 2.0) -> None:
+        self.console = console
+        self.live_mode = console.is_terminal if live is None else live
+        self.rates: dict[str, LaneRate] = {}
+        self.live: Live | None = None
+        self.interval = interval
+        self.last_line = 0.0
+        self.last_text = ""
+        self.notes: list[str] = []
+
+    def __enter__(self) -> Progress:
+        if self.live_mode:
+            self.live = Live(console=self.console, refresh_per_second=4, transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)
+            self.live = None
+
+    def note(self, text: str) -> None:
+        """A one-off message (worker restarted, job paused) shown above the table / as a line."""
+        self.notes = (self.notes + [text])[-4:]
+        if self.live is None:
+            self.console.print(text, highlight=False)
+
+    def update(self, status: JobStatus, *, restarts: int = 0, recoveries: int = 0) -> None:
+        now = time.monotonic()
+        rows = {lane: lane_row(status.lanes.get(lane, {})) for lane in status.lane_order}
+        rates = {ln: self.rates.setdefault(ln, LaneRate()).add(now, r["done"]) for ln, r in rows.items()}
+        if self.live is not None:
+            self.live.update(self._table(status, rows, rates, restarts, recoveries))
+            return
+        text = "; ".join(
+            f"{lane} {r['done']}/{r['total']} done ({r['failed']} failed, {r['running']} running)"
+            for lane, r in rows.items()
+        )
+        if text != self.last_text and now - self.last_line >= self.interval:
+            self.console.print(
+                f"job {status.job_id} {status.state}: {text}; restarts {restarts}, recoveries {recoveries}",
+                highlight=False,
+            )
+            self.last_text, self.last_line = text, now
+
+    def _table(
+        self,
+        status: JobStatus,
+        rows: dict[str, dict[str, int]],
+        rates: dict[str, float],
+        restarts: int,
+        recoveries: int,
+    ) -> Table:
+        table = Table(
+            title=f"photojobs job {status.job_id}: {status.state}",
+            caption=" | ".join([f"worker restarts {restarts}", f"recoveries {recoveries}", *self.notes]),
+        )
+        for col in ("lane", "done", "running", "failed", "remaining", "photos/s", "ETA"):
+            table.add_column(col, justify="left" if col == "lane" else "right")
+        for lane, r in rows.items():
+            bar_width = 20
+            filled = int(bar_width * r["done"] / r["total"]) if r["total"] else bar_width
+            bar = "█" * filled + "░" * (bar_width - filled)
+            table.add_row(
+                lane,
+                f"{bar} {r['done']}/{r['total']}",
+                str(r["running"]),
+                str(r["failed"]),
+                str(r["remaining"]),
+                f"{rates[lane]:.1f}",
+                _eta(r["remaining"], rates[lane]),
+            )
+        return table
