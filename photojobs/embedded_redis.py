@@ -273,8 +273,10 @@ class EmbeddedRedis:
         file_pid = _read_pid(self.pid_path)
         served_pid = self._ping_pid()
         if served_pid is not None:
-            if (file_pid is None or file_pid == served_pid) and _pid_alive(served_pid) and _is_redis_server(
-                served_pid
+            if (
+                (file_pid is None or file_pid == served_pid)
+                and _pid_alive(served_pid)
+                and _is_redis_server(served_pid)
             ):
                 self.pid = served_pid
                 self.adopted = True

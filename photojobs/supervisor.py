@@ -248,8 +248,10 @@ class Supervisor:
     # -- internals ---------------------------------------------------------------------------
 
     def _emit(self, event: SupervisorEvent) -> None:
-        level = logging.ERROR if event.kind in ("gave_up", "spawn_failed") else (
-            logging.WARNING if event.kind == "exited" else logging.INFO
+        level = (
+            logging.ERROR
+            if event.kind in ("gave_up", "spawn_failed")
+            else (logging.WARNING if event.kind == "exited" else logging.INFO)
         )
         logger.log(level, "worker %d %s: %s", event.index, event.kind, event.message)
         if self.on_event is not None:
@@ -386,8 +388,11 @@ class Supervisor:
                 raise
         for slot in self._slots:
             assert slot.process is not None
-            self._emit(SupervisorEvent("started", slot.index, slot.process.pid,
-                                       message=f"started as pid {slot.process.pid}"))
+            self._emit(
+                SupervisorEvent(
+                    "started", slot.index, slot.process.pid, message=f"started as pid {slot.process.pid}"
+                )
+            )
             slot.thread = threading.Thread(
                 target=self._run_slot, args=(slot,), name=f"photojobs-supervisor-{slot.index}", daemon=True
             )

@@ -175,6 +175,7 @@ def test_worker_that_always_exits_is_given_up_after_max_restarts(
     assert pids[2] is not None and alive(pids[2])
     assert recorder.of("exited", 0) == [] and recorder.of("exited", 2) == []
 
+
 def test_stop_terminates_every_process_group_and_does_not_restart(
     tmp_path: Path, recorder: Recorder, supervisors: list[Supervisor]
 ) -> None:
