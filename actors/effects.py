@@ -52,12 +52,15 @@ class FileEffects:
     # -- recovery ---------------------------------------------------------------------------
     def recover(self) -> list[Applied]:
         """Finish or discard the intents earlier attempts of this item left behind."""
-        done: list[Applied] = []
         for intent in store_intents.open_intents(self.ctx.engine, self.ctx.item_id):
-            outcome = self._finish(intent)
-            if outcome is not None:
-                done.append(outcome)
-        return done
+            self._finish(intent)
+        # An effect an earlier attempt applied (and perhaps died before finishing the item) is done:
+        # it must not be applied again (an EXIF time shift twice, a second rename).
+        return [
+            Applied(i.id, i.kind, i.target, True, "applied by an earlier attempt")
+            for i in store_intents.item_intents(self.ctx.engine, self.ctx.item_id)
+            if i.state == store_intents.APPLIED
+        ]
 
     def _finish(self, intent: IntentRow) -> Applied | None:
         target = Path(intent.target)

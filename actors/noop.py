@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from middleware.context import ItemContext
+from photojobs import failpoints
 
 from .lane import lane_actor
 
@@ -50,4 +51,5 @@ def noop(ctx: ItemContext) -> dict[str, Any]:
         if int(slept / 0.5) != int((slept - step) / 0.5):
             ctx.checkpoint({"slept": slept})
     ctx.check()
+    failpoints.hit("noop.before_commit")
     return {"slept": sleep, "resumed_from": checkpoint.get("slept"), "attempt": ctx.attempt}

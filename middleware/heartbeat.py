@@ -14,6 +14,11 @@ from .context import STOP_CANCEL, STOP_LOST, STOP_PAUSE, ItemContext
 
 log = logging.getLogger("photojobs.heartbeat")
 
+# Held while a beat's transaction is open. A test failpoint that freezes the process takes it first,
+# so the freeze never happens inside a heartbeat transaction (on SQLite that would hold the one
+# write lock and stall every other process until the frozen one resumes).
+BEAT_LOCK = threading.Lock()
+
 
 class Heartbeat:
     """Renews every running item's lease each ``interval`` seconds, guarded by fencing token.
@@ -66,7 +71,8 @@ class Heartbeat:
         if not items:
             return
         try:
-            renewal = renew(self.engine, {c.item_id: c.token for c in items})
+            with BEAT_LOCK:
+                renewal = renew(self.engine, {c.item_id: c.token for c in items})
         except Exception:  # noqa: BLE001 - a database blip must not kill the heartbeat
             log.warning("heartbeat could not renew %d lease(s)", len(items), exc_info=True)
             now = time.monotonic()

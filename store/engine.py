@@ -62,7 +62,15 @@ def make_engine(url: str, *, pool_size: int = 5) -> Engine:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
-    return create_engine(url, pool_size=pool_size, max_overflow=10, pool_pre_ping=True)
+    # A frozen worker must not hold row locks forever: PostgreSQL ends a transaction left idle
+    # for a minute, so the sweeper can revoke the frozen worker's lease.
+    return create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=10,
+        pool_pre_ping=True,
+        connect_args={"options": "-c idle_in_transaction_session_timeout=60000"},
+    )
 
 
 def is_postgres(engine: Engine) -> bool:

@@ -68,14 +68,14 @@ def test_sigkilled_worker_item_runs_again_elsewhere_and_completes_once(
 def test_frozen_worker_is_overtaken_and_its_late_commit_rejected(
     engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
 ) -> None:
-    # Given a worker running a CPU-bound item (no safe points) and a sweeper
-    job = submit(env, tmp_path / "photos", 1, {"noop.spin": "2"})
+    # Given a worker that freezes (SIGSTOP) just before committing its item's result, and a sweeper
+    job = submit(env, tmp_path / "photos", 1)
     fleet.start_sweeper()
-    frozen = fleet.start_worker(threads=1)
+    frozen = fleet.start_worker(threads=1, env={"PHOTOJOBS_FAILPOINTS": "noop.before_commit:stop"})
     item = wait_for(lambda: running_item(engine, job), 60, what="the item to be running")
     zombie = item.lease_owner
-    # When that worker is frozen (SIGSTOP) until its lease expires and another worker completes the item
-    os.killpg(frozen.pid, signal.SIGSTOP)
+    wait_for(lambda: Path(f"/proc/{pid_of_owner(zombie)}/stat").read_text().split()[2] == "T", 60)
+    # When its lease expires and another worker completes the item
     fleet.start_worker(threads=1)
     wait_for(lambda: job_done(engine, job), 60, what="another worker to finish the item")
     winner = items_of(engine, job)[0]
