@@ -1,0 +1,83 @@
+"""The registry of named benchmarks and the rows they return.
+
+Adding a benchmark: write ``def my_bench(ctx: BenchContext) -> list[Row]`` in a module of this
+package, decorate it with ``@register("name", "what it measures")``, and add the module to
+``MODULES``. It gets a :class:`benchmarks.harness.BenchContext` (private Redis, fresh databases,
+worker/sweeper spawning with guaranteed cleanup, temp folders) and returns :class:`Row` objects;
+``python -m benchmarks --only name`` runs it, the table and ``results.json`` show its rows.
+
+Planned (see ``PLANNED``): the cost of photo locks and of the dispatcher per item, and the
+analysis lane against a plain ``multiprocessing.Pool`` over the same photos.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .harness import BenchContext
+
+MODULES = ("benchmarks.throughput", "benchmarks.store_ops", "benchmarks.recovery", "benchmarks.submission")
+
+PLANNED: dict[str, str] = {
+    "locks": "photo-lock cost: claim/finish latency of an EXCLUSIVE lane vs the lock-free noop lane",
+    "dispatcher": "dispatcher cost: take_for_dispatch time vs backlog size and number of jobs",
+    "analysis": "analysis lane throughput vs a multiprocessing.Pool running the same analysis",
+}
+
+
+@dataclass
+class Row:
+    """One figure of a benchmark: what was measured, its value, and the goal it is held against."""
+
+    benchmark: str
+    case: str
+    figure: str
+    value: float | int | str | None
+    unit: str = ""
+    goal: str = ""
+    verdict: str = ""  # "met", "missed", "skipped", "error" or ""
+    note: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as plain JSON-able data."""
+        return asdict(self)
+
+
+BenchFn = Callable[["BenchContext"], list[Row]]
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A named benchmark: ``fn(ctx)`` runs it and returns its rows."""
+
+    name: str
+    title: str
+    fn: BenchFn
+    default: bool = True  # run when ``--only`` is not given
+
+
+REGISTRY: dict[str, Benchmark] = {}
+
+
+def register(name: str, title: str, *, default: bool = True) -> Callable[[BenchFn], BenchFn]:
+    """Decorator: add ``fn`` to the registry under ``name``."""
+
+    def add(fn: BenchFn) -> BenchFn:
+        if name in REGISTRY:
+            raise ValueError(f"benchmark {name!r} is registered twice")
+        REGISTRY[name] = Benchmark(name, title, fn, default)
+        return fn
+
+    return add
+
+
+def load_all() -> dict[str, Benchmark]:
+    """Import every benchmark module (registering its benchmarks) and return the registry."""
+    for module in MODULES:
+        importlib.import_module(module)
+    return REGISTRY

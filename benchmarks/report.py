@@ -1,0 +1,97 @@
+"""The output: a table (rich) of every row, the settings and commands, and ``results.json``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .harness import Notes
+from .registry import Row
+
+VERDICT_STYLE = {"met": "green", "missed": "bold red", "skipped": "yellow", "error": "bold red"}
+
+
+def _value(row: Row) -> str:
+    if row.value is None:
+        return "-"
+    if isinstance(row.value, float):
+        text = f"{row.value:,.3f}" if abs(row.value) < 10 else f"{row.value:,.1f}"
+    else:
+        text = str(row.value) if not isinstance(row.value, int) else f"{row.value:,}"
+    return f"{text} {row.unit}".strip()
+
+
+def console() -> Console:
+    """A console that does not squeeze the table when the output is a file or a pipe."""
+    return Console(width=None if sys.stdout.isatty() else 200, highlight=False, soft_wrap=False)
+
+
+def render(
+    rows: list[Row],
+    notes: dict[str, Notes],
+    titles: dict[str, str],
+    meta: dict[str, Any],
+    out: Console | None = None,
+) -> None:
+    """Print the results table, then each benchmark's settings and commands."""
+    out = out or console()
+    table = Table(
+        title=f"photojobs benchmarks ({meta['mode']}, {meta['duration_s']:.0f} s)", show_lines=False
+    )
+    for col, kw in (
+        ("Benchmark", {"no_wrap": True}),
+        ("Case", {"no_wrap": True}),
+        ("Figure", {}),
+        ("Value", {"justify": "right", "no_wrap": True}),
+        ("Goal", {"no_wrap": True}),
+        ("Verdict", {"no_wrap": True}),
+        ("Notes", {"overflow": "fold"}),
+    ):
+        table.add_column(col, **kw)  # type: ignore[arg-type]
+    previous = None
+    for row in rows:
+        if previous is not None and previous != row.benchmark:
+            table.add_section()
+        previous = row.benchmark
+        style = VERDICT_STYLE.get(row.verdict, "")
+        table.add_row(
+            row.benchmark,
+            row.case,
+            row.figure,
+            _value(row),
+            row.goal,
+            f"[{style}]{row.verdict}[/]" if style else row.verdict,
+            row.note,
+        )
+    out.print(table)
+    out.print(
+        f"machine: {meta['machine']['cpus']} CPUs, load average at start {meta['machine']['loadavg_start']}, "
+        f"at end {meta['machine']['loadavg_end']}; python {meta['machine']['python']}"
+    )
+    out.print(f"command: {meta['command']}")
+    for name, n in notes.items():
+        out.print(f"\n[bold]{name}[/]: {titles.get(name, '')}")
+        if n.settings:
+            out.print("  settings: " + "; ".join(f"{k}={v}" for k, v in n.settings.items()))
+        for c in n.commands:
+            out.print(f"  $ {c}", markup=False)
+
+
+def write_json(
+    path: Path, rows: list[Row], notes: dict[str, Notes], titles: dict[str, str], meta: dict[str, Any]
+) -> None:
+    """``results.json``: the run's metadata, then per benchmark its settings, commands and rows."""
+    benchmarks: dict[str, Any] = {}
+    for row in rows:
+        b = benchmarks.setdefault(row.benchmark, {"title": titles.get(row.benchmark, ""), "rows": []})
+        b["rows"].append(row.as_dict())
+    for name, n in notes.items():
+        b = benchmarks.setdefault(name, {"title": titles.get(name, ""), "rows": []})
+        b["settings"] = n.settings
+        b["commands"] = n.commands
+    path.write_text(json.dumps({**meta, "benchmarks": benchmarks}, indent=2, default=str) + "\n")

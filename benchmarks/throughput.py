@@ -1,0 +1,404 @@
+"""No-op throughput: plain Dramatiq against photojobs' ``noop`` lane on SQLite and PostgreSQL.
+
+Same machine, same private Redis, same P worker processes x T threads, same N, measured in one run.
+
+- plain: ``dramatiq benchmarks.plain_actors --processes P --threads T``; N messages sent with
+  ``actor.send``; messages/s from just before the first send to the last completion.
+- photojobs: P ``dramatiq actors --processes 1 --threads T`` workers and one ``photojobs sweep``;
+  a job of N items submitted with ``Client.submit``; items/s from the submission's commit to the
+  last ``item_succeeded`` (database clock), so dispatch is included.
+
+Each measurement follows a warm-up batch through the same processes (connections, imports).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import cpu
+from .harness import (
+    BenchContext,
+    BenchmarkError,
+    StoreUnavailable,
+    command_line,
+    now_ms,
+    wait_for,
+)
+from .reader import Reader
+from .registry import Row, register
+
+NAME = "noop"
+GOAL_RATIO = 0.6
+TERMINAL = ("succeeded", "failed", "cancelled", "skipped")
+
+
+@dataclass
+class Measured:
+    """One throughput case: ``count`` messages/items in ``seconds``, plus its breakdown."""
+
+    case: str
+    count: int
+    seconds: float
+    figures: dict[str, Any] = field(default_factory=dict)
+    cpu_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        """Messages or items per second."""
+        return self.count / self.seconds if self.seconds > 0 else float("nan")
+
+
+def _deadline(n: int, per_second: float) -> float:
+    return 60.0 + n / per_second
+
+
+def _add_others(before: dict[str, float], after: dict[str, float], busy0: float, busy1: float) -> None:
+    """Add "other processes": the machine's busy CPU in the window minus what the labels account for."""
+    ours = sum(cpu.delta(before, after).values())
+    before["other processes"], after["other processes"] = 0.0, max(0.0, (busy1 - busy0) - ours)
+
+
+def _cpu_per_item(before: dict[str, float], after: dict[str, float], n: int) -> dict[str, float]:
+    return {k: round(v * 1000 / n, 3) for k, v in cpu.delta(before, after).items()}
+
+
+def run_plain(ctx: BenchContext) -> Measured:
+    """The baseline: plain Dramatiq, a no-op actor, same Redis, P processes x T threads."""
+    from dramatiq.brokers.redis import RedisBroker
+
+    from . import plain_actors
+
+    cfg = ctx.config
+    ctx.redis.flush()
+    env = {
+        **ctx.photojobs_env("unused"),
+        "PJBENCH_REDIS_URL": ctx.redis.url,
+        "dramatiq_queue_prefetch": str(cfg.threads),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "dramatiq",
+        "benchmarks.plain_actors",
+        "--processes",
+        str(cfg.processes),
+        "--threads",
+        str(cfg.threads),
+        "--queues",
+        plain_actors.QUEUE,
+    ]
+    ctx.note(command="plain: " + command_line(cmd, env, ["PJBENCH_REDIS_URL", "dramatiq_queue_prefetch"]))
+    since = now_ms()
+    proc = ctx.procs.spawn("plain", cmd, env)
+    broker = RedisBroker(url=ctx.redis.url)
+    try:
+        ctx.wait_workers_ready([proc], since, cfg.processes)
+        actor = plain_actors.declare(broker)
+        r = ctx.redis.client()
+
+        def batch(n: int) -> tuple[float, float, float, float]:
+            run = uuid.uuid4().hex[:10]
+            count_key, first_key, last_key = plain_actors.keys(run)
+            t0 = time.time()
+            for _ in range(n):
+                actor.send(run, n)
+            t_sent = time.time()
+
+            def done() -> bool:
+                if proc.poll() is not None:
+                    raise BenchmarkError(f"plain dramatiq exited: {ctx.procs.tail(proc)}")
+                return int(r.get(count_key) or 0) >= n
+
+            wait_for(done, _deadline(n, 50), interval=0.02, what=f"{n} plain messages")
+            last = float(wait_for(lambda: r.get(last_key), 10, what="the last completion stamp"))
+            first = float(r.get(first_key))
+            return t0, t_sent, first, last
+
+        batch(cfg.warmup)
+        groups = {"workers": [proc.pid], "redis": [ctx.redis.proc.pid] if ctx.redis.proc else []}
+        before, bench_before, busy_before = cpu.snapshot(groups), cpu.self_cpu(), cpu.machine_busy()
+        t0, t_sent, first, last = batch(cfg.items)
+        after, bench_after, busy_after = cpu.snapshot(groups), cpu.self_cpu(), cpu.machine_busy()
+    finally:
+        ctx.procs.kill(proc)
+        broker.close()
+    before["benchmark (send+poll)"], after["benchmark (send+poll)"] = bench_before, bench_after
+    _add_others(before, after, busy_before, busy_after)
+    n = cfg.items
+    return Measured(
+        case="plain dramatiq",
+        count=n,
+        seconds=last - t0,
+        figures={
+            "enqueue_s": round(t_sent - t0, 3),
+            "first_completion_s": round(first - t0, 3),
+            "steady_rate": round((n - 1) / (last - first), 1) if last > first else None,
+        },
+        cpu_ms=_cpu_per_item(before, after, n),
+    )
+
+
+def _event_figures(reader: Reader, job_id: int, t_commit: float) -> dict[str, Any]:
+    rows = reader.rows(
+        "SELECT type, item_id, at FROM events WHERE job_id = ? AND type IN "
+        "('item_queued', 'item_claimed', 'item_succeeded') ORDER BY id",
+        (job_id,),
+    )
+    queued: dict[int, float] = {}
+    claimed: dict[int, float] = {}
+    succeeded: dict[int, float] = {}
+    claims = 0
+    for type_, item, at in rows:
+        if type_ == "item_queued":
+            queued.setdefault(item, at)
+        elif type_ == "item_claimed":
+            claims += 1
+            claimed.setdefault(item, at)
+        else:
+            succeeded[item] = at
+    if not succeeded:
+        raise BenchmarkError(f"job {job_id} has no item_succeeded events")
+    done = sorted(succeeded.values())
+    waits = [claimed[i] - queued[i] for i in claimed if i in queued]
+    runs = [succeeded[i] - claimed[i] for i in succeeded if i in claimed]
+    lo, hi = done[len(done) // 10], done[(len(done) * 9) // 10]
+    steady = ((len(done) * 9) // 10 - len(done) // 10) / (hi - lo) if hi > lo else None
+
+    def ms(xs: list[float], q: float | None = None) -> float | None:
+        if not xs:
+            return None
+        if q is None:
+            return round(statistics.fmean(xs) * 1000, 2)
+        return round(sorted(xs)[min(len(xs) - 1, int(len(xs) * q))] * 1000, 2)
+
+    return {
+        "last_succeeded_at": done[-1],
+        "commit_to_first_queued_s": round(min(queued.values()) - t_commit, 3) if queued else None,
+        "commit_to_first_succeeded_s": round(done[0] - t_commit, 3),
+        "steady_rate_p10_p90": round(steady, 1) if steady else None,
+        "wait_in_redis_ms_mean": ms(waits),
+        "wait_in_redis_ms_p95": ms(waits, 0.95),
+        "claim_to_succeeded_ms_mean": ms(runs),
+        "claim_to_succeeded_ms_p95": ms(runs, 0.95),
+        "extra_claims": claims - len(claimed),
+    }
+
+
+def _pg_backends(reader: Reader) -> list[int]:
+    """Pids of the PostgreSQL backends connected to the reader's database (none on SQLite)."""
+    if reader.sqlite:
+        return []
+    return [r[0] for r in reader.rows("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")]
+
+
+def run_photojobs(ctx: BenchContext, store: str) -> Measured:
+    """photojobs' noop lane: P workers x T threads plus one sweeper, N items, on ``store``."""
+    from photojobs.api import Client
+    from photojobs.config import Settings
+
+    cfg = ctx.config
+    url = ctx.dbs.create(store, "noop")
+    client = None
+    procs = []
+    try:
+        ctx.redis.flush()
+        extra = {
+            "PHOTOJOBS_FLEET_PROCESSES": str(cfg.processes),
+            "PHOTOJOBS_LANE_NOOP_THREADS": str(cfg.threads),
+        }
+        if cfg.bound:
+            extra["PHOTOJOBS_LANE_NOOP_BOUND"] = str(cfg.bound)
+        env = ctx.photojobs_env(url, **extra)
+        keys = ["PHOTOJOBS_DATABASE_URL", "PHOTOJOBS_REDIS_URL", *extra]
+        worker_env = {**env, "dramatiq_queue_prefetch": str(cfg.threads)}
+        ctx.note(
+            command=f"photojobs ({cfg.processes}x): "
+            + command_line(ctx.worker_command(cfg.threads), worker_env, [*keys, "dramatiq_queue_prefetch"])
+        )
+        ctx.note(
+            command="photojobs sweeper: "
+            + command_line([sys.executable, "-m", "photojobs", "sweep"], env, keys)
+        )
+        since = now_ms()
+        workers = [ctx.start_worker(env, cfg.threads) for _ in range(cfg.processes)]
+        procs.extend(workers)
+        ctx.wait_workers_ready(workers, since, cfg.processes)
+        sweeper = ctx.start_sweeper(env)
+        procs.append(sweeper)
+        settings = Settings.from_env(env)
+        client = Client(settings, migrate=False)
+        reader = Reader(url)
+
+        def finish(job_id: int, n: int) -> None:
+            def done() -> bool:
+                for p in procs:
+                    if p.poll() is not None:
+                        raise BenchmarkError(f"{p.args} exited with {p.returncode}: {ctx.procs.tail(p)}")
+                states = reader.states(job_id)
+                if states.get("failed"):
+                    raise BenchmarkError(f"job {job_id} has failed items: {states}")
+                return sum(states.get(s, 0) for s in TERMINAL) >= n
+
+            wait_for(done, _deadline(n, 10), interval=0.05, what=f"{n} items of job {job_id} ({store})")
+
+        warm = client.submit(["noop"], [ctx.folder("warm", cfg.warmup)], {"noop.sleep": "0"})
+        finish(warm.job_id, warm.items)
+        folder = ctx.folder("noop", cfg.items)
+        groups = {
+            "workers": [p.pid for p in workers],
+            "sweeper": [sweeper.pid],
+            "redis": [ctx.redis.proc.pid] if ctx.redis.proc else [],
+        }
+        backends = set(_pg_backends(reader))
+        t_submit = time.time()
+        submitted = client.submit(["noop"], [folder], {"noop.sleep": "0"})
+        t_commit = time.time()
+        backends.update(_pg_backends(reader))
+        pids = {"postgres backends": backends} if store == "postgresql" else {}
+        before, bench_before, busy_before = cpu.snapshot(groups, {}, pids), cpu.self_cpu(), cpu.machine_busy()
+        finish(submitted.job_id, submitted.items)
+        # A backend opened during the window counts from its start; one that ended is lost (rare: pools).
+        pids = {"postgres backends": backends | set(_pg_backends(reader))} if store == "postgresql" else {}
+        after, bench_after, busy_after = cpu.snapshot(groups, {}, pids), cpu.self_cpu(), cpu.machine_busy()
+        before["benchmark (poll)"], after["benchmark (poll)"] = bench_before, bench_after
+        _add_others(before, after, busy_before, busy_after)
+        figures = _event_figures(reader, submitted.job_id, t_commit)
+        reader.close()
+    finally:
+        for p in procs:
+            ctx.procs.kill(p)
+        if client is not None:
+            client.engine.dispose()
+        ctx.dbs.drop(url)
+    figures["submit_s"] = round(t_commit - t_submit, 3)
+    figures["sweep_interval_s"] = settings.sweep_interval
+    figures["bound"] = cfg.bound or 2 * cfg.threads * cfg.processes
+    last = figures.pop("last_succeeded_at")
+    return Measured(
+        case=f"photojobs {store}",
+        count=submitted.items,
+        seconds=last - t_commit,
+        figures=figures,
+        cpu_ms=_cpu_per_item(before, after, submitted.items),
+    )
+
+
+def _cpu_text(cpu_ms: dict[str, float], count: int, seconds: float) -> str:
+    ours = {k: v for k, v in cpu_ms.items() if v and k != "other processes"}
+    text = ", ".join(f"{k} {v:.2f}" for k, v in ours.items()) or "-"
+    cores = sum(ours.values()) * count / 1000 / seconds
+    others = cpu_ms.get("other processes", 0.0) * count / 1000 / seconds
+    return f"{text}; {cores:.2f} cores busy (other processes on the machine: {others:.2f} cores)"
+
+
+def _rows(m: Measured, unit: str) -> list[Row]:
+    f = m.figures
+    rows = [
+        Row(
+            NAME, m.case, "throughput", round(m.rate, 1), f"{unit}/s", detail={"seconds": round(m.seconds, 3)}
+        ),
+    ]
+    if m.case == "plain dramatiq":
+        rows.append(Row(NAME, m.case, "enqueue time (in the window)", f["enqueue_s"], "s"))
+        rows.append(
+            Row(NAME, m.case, "steady rate (first -> last completion)", f["steady_rate"], f"{unit}/s")
+        )
+    else:
+        rows += [
+            Row(NAME, m.case, "submit (not in the window)", f["submit_s"], "s"),
+            Row(
+                NAME,
+                m.case,
+                "commit -> first dispatch",
+                f["commit_to_first_queued_s"],
+                "s",
+                note=f"sweep interval {f['sweep_interval_s']} s",
+            ),
+            Row(NAME, m.case, "commit -> first success", f["commit_to_first_succeeded_s"], "s"),
+            Row(NAME, m.case, "steady rate (10%-90% of successes)", f["steady_rate_p10_p90"], f"{unit}/s"),
+            Row(
+                NAME,
+                m.case,
+                "wait in Redis (queued -> claimed) mean/p95",
+                f"{f['wait_in_redis_ms_mean']} / {f['wait_in_redis_ms_p95']}",
+                "ms",
+                note=f"bound {f['bound']}",
+            ),
+            Row(
+                NAME,
+                m.case,
+                "claimed -> succeeded mean/p95",
+                f"{f['claim_to_succeeded_ms_mean']} / {f['claim_to_succeeded_ms_p95']}",
+                "ms",
+            ),
+        ]
+        if f["extra_claims"]:
+            rows.append(Row(NAME, m.case, "claims beyond one per item", f["extra_claims"], ""))
+    others = m.cpu_ms.get("other processes", 0.0)
+    total = sum(m.cpu_ms.values()) - others
+    rows.append(
+        Row(
+            NAME,
+            m.case,
+            "CPU per item",
+            round(total, 2),
+            "ms",
+            note=_cpu_text(m.cpu_ms, m.count, m.seconds),
+            detail={
+                "cpu_ms_per_item": m.cpu_ms,
+                "cpu_cores_used_by_the_run": round(total * m.count / 1000 / m.seconds, 2),
+                "cpu_cores_used_by_other_processes": round(others * m.count / 1000 / m.seconds, 2),
+            },
+        )
+    )
+    return rows
+
+
+@register(NAME, "No-op throughput: plain Dramatiq vs photojobs noop lane (SQLite, PostgreSQL)")
+def noop_throughput(ctx: BenchContext) -> list[Row]:
+    """Plain Dramatiq, then photojobs on each store; rows with rates, ratios and breakdowns."""
+    cfg = ctx.config
+    ctx.note(
+        settings={
+            "processes": cfg.processes,
+            "threads": cfg.threads,
+            "items": cfg.items,
+            "warmup": cfg.warmup,
+            "prefetch": cfg.threads,
+            "noop.sleep": 0,
+            "lane bound": cfg.bound or f"runtime default 2*T*P = {2 * cfg.threads * cfg.processes}",
+        }
+    )
+    plain = run_plain(ctx)
+    rows = _rows(plain, "msg")
+    for store in cfg.stores:
+        try:
+            m = run_photojobs(ctx, store)
+        except StoreUnavailable as exc:
+            rows.append(Row(NAME, f"photojobs {store}", "throughput", None, verdict="skipped", note=str(exc)))
+            continue
+        except BenchmarkError as exc:
+            print(f"[benchmarks] {NAME} photojobs {store}: {exc}", file=sys.stderr)
+            rows.append(
+                Row(NAME, f"photojobs {store}", "throughput", None, verdict="error", note=str(exc)[:500])
+            )
+            continue
+        rows += _rows(m, "items")
+        ratio = m.rate / plain.rate
+        rows.append(
+            Row(
+                NAME,
+                m.case,
+                "ratio photojobs / plain",
+                round(ratio, 3),
+                "x",
+                goal=f">= {GOAL_RATIO}x" if store == "sqlite" else "",
+                verdict=("met" if ratio >= GOAL_RATIO else "missed") if store == "sqlite" else "",
+            )
+        )
+    return rows
