@@ -223,6 +223,10 @@ class LeaseMiddleware(Middleware):
                 if nxt < len(job_lanes) and job_lanes[nxt] in self.specs:
                     lanes.append(self.specs[job_lanes[nxt]])
             for spec in lanes:
+                # A cheap look at Redis first: the dispatcher transaction is only worth it when the
+                # lane's queue has room for a good batch (otherwise the sweeper keeps it topped up).
+                if self._publisher.queue_length(spec.name) > spec.effective_bound // 2:
+                    continue
                 self._publisher.publish(take_for_dispatch(self.engine, spec))
         except Exception:  # noqa: BLE001 - the sweeper tops up too
             log.warning("top-up after item %s failed; the sweeper will dispatch", ctx.item_id, exc_info=True)

@@ -42,12 +42,13 @@ class LaneSpec:
     def actor(self) -> str:
         return ACTOR_PREFIX + self.name
 
+    fleet_processes: int = 2  # PHOTOJOBS_FLEET_PROCESSES: worker processes in the fleet
+
     @property
     def effective_bound(self) -> int:
         if self.bound > 0:
             return self.bound
-        fleet = int(os.environ.get("PHOTOJOBS_FLEET_PROCESSES", "2"))
-        return max(2, 2 * self.threads * fleet)
+        return max(2, 2 * self.threads * self.fleet_processes)
 
     def retry_delay(self, attempt: int) -> float:
         return min(self.backoff_max, self.backoff * (2 ** max(0, attempt - 1)))
@@ -102,6 +103,8 @@ def lane_spec(name: str, env: dict[str, str] | None = None) -> LaneSpec:
         changes["lease_ttl"] = float(env["PHOTOJOBS_LEASE_TTL"])
     if "PHOTOJOBS_MAX_ATTEMPTS" in env:
         changes["max_attempts"] = int(env["PHOTOJOBS_MAX_ATTEMPTS"])
+    if "PHOTOJOBS_FLEET_PROCESSES" in env:
+        changes["fleet_processes"] = int(env["PHOTOJOBS_FLEET_PROCESSES"])
     for f in fields(LaneSpec):
         key = f"PHOTOJOBS_LANE_{name.upper()}_{f.name.upper()}"
         if key in env and f.name != "name":

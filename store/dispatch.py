@@ -7,6 +7,7 @@ sweeper finds the ``queued`` item whose message Redis does not hold and publishe
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from itertools import zip_longest
 
@@ -16,6 +17,7 @@ from sqlalchemy.orm import Session
 from photojobs.lanes import LaneSpec
 
 from .clock import db_now
+from .engine import reader
 from .events import emit_many
 from .models import PENDING, QUEUED, Item, Job
 
@@ -37,7 +39,7 @@ class Publish:
 def _lane_lock(s: Session, lane: str) -> bool:
     if s.get_bind().dialect.name != "postgresql":
         return True  # SQLite: BEGIN IMMEDIATE already serializes
-    key = DISPATCH_LOCK_BASE + sum(ord(c) for c in lane)
+    key = DISPATCH_LOCK_BASE + zlib.crc32(lane.encode())
     return bool(s.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": key}).scalar_one())
 
 
@@ -111,7 +113,7 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
 
 def stale_queued(engine: Engine, older_than: float, limit: int = 1000) -> list[Publish]:
     """``queued`` items whose message was published more than ``older_than`` seconds ago."""
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         rows = s.execute(
             select(Item.id, Item.fencing_token, Item.lane)
             .where(Item.state == QUEUED, Item.queued_at < db_now() - older_than)

@@ -8,9 +8,10 @@ from pathlib import Path
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
-from sqlalchemy.pool import NullPool
+from sqlalchemy.pool import QueuePool
 
 DEFAULT_SQLITE_NAME = "photojobs.db"
+READ_ONLY = "photojobs_read_only"
 
 
 def database_url(state_dir: Path | None = None) -> str:
@@ -30,7 +31,7 @@ def normalise_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
-def make_engine(url: str, *, pool_size: int = 5) -> Engine:
+def make_engine(url: str, *, pool_size: int = 10) -> Engine:
     """An engine with the settings the protocol relies on.
 
     SQLite: WAL journal, ``synchronous=NORMAL``, a 30 s busy timeout, foreign keys on, and every
@@ -43,8 +44,14 @@ def make_engine(url: str, *, pool_size: int = 5) -> Engine:
         path = make_url(url).database
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+        # A pool, so each transaction does not pay for a new connection, its PRAGMAs and (when it
+        # was the last connection) a WAL checkpoint.
         engine = create_engine(
-            url, poolclass=NullPool, connect_args={"timeout": 30, "check_same_thread": False}
+            url,
+            poolclass=QueuePool,
+            pool_size=pool_size,
+            max_overflow=20,
+            connect_args={"timeout": 30, "check_same_thread": False},
         )
 
         @event.listens_for(engine, "connect")
@@ -59,7 +66,9 @@ def make_engine(url: str, *, pool_size: int = 5) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _sqlite_begin(conn) -> None:  # type: ignore[no-untyped-def]
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # Read-only work (status, event reads) through ``reader(engine)`` does not take the write lock.
+            read_only = conn.get_execution_options().get(READ_ONLY, False)
+            conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
         return engine
     # A frozen worker must not hold row locks forever: PostgreSQL ends a transaction left idle
@@ -71,6 +80,11 @@ def make_engine(url: str, *, pool_size: int = 5) -> Engine:
         pool_pre_ping=True,
         connect_args={"options": "-c idle_in_transaction_session_timeout=60000"},
     )
+
+
+def reader(engine: Engine) -> Engine:
+    """The same engine for read-only transactions (SQLite: plain ``BEGIN``, no write lock)."""
+    return engine.execution_options(**{READ_ONLY: True})
 
 
 def is_postgres(engine: Engine) -> bool:

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Engine, func, insert, select, text
 from sqlalchemy.orm import Session
 
 from .clock import db_now
+from .engine import reader
 from .models import Event
 
 EVENT_SEQUENCER_LOCK = 0x70686F746F  # "photo"
@@ -128,7 +129,7 @@ def read_events(
     query = select(Event).where(Event.seq.is_not(None), Event.seq > after).order_by(Event.seq).limit(limit)
     if job_id is not None:
         query = query.where(Event.job_id == job_id)
-    with Session(engine) as session:
+    with Session(reader(engine)) as session:
         rows: Iterable[Event] = session.execute(query).scalars().all()
         return [
             EventRecord(

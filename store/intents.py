@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from .clock import db_now
+from .engine import reader
 from .events import emit
 from .items import Lease
 from .models import SUCCEEDED, Intent, Item, Photo
@@ -146,7 +147,7 @@ def settle(
 
 def open_intents(engine: Engine, item_id: int) -> list[IntentRow]:
     """Intents of this item still ``recorded`` (left by earlier attempts, or this one)."""
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         rows = s.execute(
             select(Intent).where(Intent.item_id == item_id, Intent.state == RECORDED).order_by(Intent.id)
         ).scalars()
@@ -154,7 +155,7 @@ def open_intents(engine: Engine, item_id: int) -> list[IntentRow]:
 
 
 def item_intents(engine: Engine, item_id: int) -> list[IntentRow]:
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         return [
             _row(r)
             for r in s.execute(select(Intent).where(Intent.item_id == item_id).order_by(Intent.id)).scalars()
@@ -162,7 +163,7 @@ def item_intents(engine: Engine, item_id: int) -> list[IntentRow]:
 
 
 def live_staged_paths(engine: Engine) -> set[str]:
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         return set(s.execute(select(Intent.staged).where(Intent.state == RECORDED)).scalars())
 
 
@@ -170,7 +171,7 @@ def photo_facts(engine: Engine, job_id: int, photo_id: int | None) -> dict[str, 
     """The photo's analysis facts: this job's analysis item if it has one, else the newest from any job."""
     if photo_id is None:
         return None
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         rows = s.execute(
             select(Item.job_id, Item.result)
             .where(Item.photo_id == photo_id, Item.lane == "analysis", Item.state == SUCCEEDED)
@@ -183,7 +184,7 @@ def photo_facts(engine: Engine, job_id: int, photo_id: int | None) -> dict[str, 
 
 
 def photo_row(engine: Engine, photo_id: int) -> dict[str, Any] | None:
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         p = s.get(Photo, photo_id)
         return None if p is None else {"id": p.id, "path": p.path, "size": p.size, "sha256": p.sha256}
 

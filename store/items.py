@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from photojobs.lanes import EXCLUSIVE, NO_LOCK, LaneSpec
 
 from .clock import db_now
+from .engine import reader
 from .events import emit, emit_many
 from .models import (
     CANCEL,
@@ -54,6 +55,7 @@ class Lease:
     roots: list[str]
     photo_path: str | None
     job_lanes: tuple[str, ...] = ()
+    holds_locks: bool = True
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,9 @@ class ClaimOutcome:
 
 
 def item_photo_ids(s: Session, item: Item) -> tuple[int, ...]:
+    """The photos an item works on: its photo, or (a bundle, with no single photo) its item_photos."""
+    if item.photo_id is not None:
+        return (item.photo_id,)
     extra = s.execute(select(ItemPhoto.photo_id).where(ItemPhoto.item_id == item.id)).scalars().all()
     ids = set(extra)
     if item.photo_id is not None:
@@ -92,9 +97,17 @@ def claim(engine: Engine, spec: LaneSpec, item_id: int, token: int, worker: str)
     the item goes back to ``pending`` with a short ``not_before`` and nothing is held.
     """
     with Session(engine) as s, s.begin():
-        item = s.execute(select(Item).where(Item.id == item_id).with_for_update()).scalar_one_or_none()
-        if item is None:
+        # One statement for the item (row-locked), its job's parameters and its photo's path.
+        row = s.execute(
+            select(Item, Job.params, Job.roots, Job.lanes, Photo.path)
+            .join(Job, Job.id == Item.job_id)
+            .outerjoin(Photo, Photo.id == Item.photo_id)
+            .where(Item.id == item_id)
+            .with_for_update(of=Item)
+        ).first()
+        if row is None:
             return ClaimOutcome(None, f"unknown item {item_id}")
+        item, job_params, job_roots, job_lanes, photo_path = row
         if item.lane != spec.name:
             return ClaimOutcome(None, f"item {item_id} belongs to lane {item.lane!r}, not {spec.name!r}")
         if item.fencing_token != token:
@@ -164,9 +177,6 @@ def claim(engine: Engine, spec: LaneSpec, item_id: int, token: int, worker: str)
             worker=worker,
             detail={"photos": list(photo_ids)} if len(photo_ids) > 1 else None,
         )
-        job = s.get(Job, item.job_id)
-        assert job is not None
-        photo_path = s.get(Photo, item.photo_id).path if item.photo_id is not None else None  # type: ignore[union-attr]
         lease = Lease(
             item_id=item_id,
             token=new_token,
@@ -177,10 +187,11 @@ def claim(engine: Engine, spec: LaneSpec, item_id: int, token: int, worker: str)
             photo_ids=photo_ids,
             attempt=attempt,
             checkpoint=item.checkpoint,
-            params=dict(job.params or {}),
-            roots=list(job.roots or []),
+            params=dict(job_params or {}),
+            roots=list(job_roots or []),
             photo_path=photo_path,
-            job_lanes=tuple(job.lanes or ()),
+            job_lanes=tuple(job_lanes or ()),
+            holds_locks=spec.lock != NO_LOCK and bool(photo_ids),
         )
         return ClaimOutcome(lease, "claimed")
 
@@ -224,7 +235,7 @@ def save_checkpoint(s: Session, lease: Lease, data: dict[str, Any]) -> None:
 
 
 def job_control(engine: Engine, job_id: int) -> str | None:
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         return s.execute(select(Job.control).where(Job.id == job_id)).scalar_one_or_none()
 
 
@@ -236,7 +247,8 @@ def _end_lease(s: Session, lease: Lease, **values: Any) -> None:
         .where(Item.id == lease.item_id, Item.fencing_token == lease.token, Item.state == RUNNING)
         .values(lease_owner=None, lease_expires_at=None, updated_at=db_now(), **values)
     )
-    s.execute(delete(PhotoLock).where(PhotoLock.item_id == lease.item_id))
+    if lease.holds_locks:
+        s.execute(delete(PhotoLock).where(PhotoLock.item_id == lease.item_id))
 
 
 def _event(
@@ -260,7 +272,7 @@ def succeed(s: Session, lease: Lease, result: dict[str, Any] | None, worker: str
     """Finish a running item as ``succeeded`` and make the photo's next lane ready (fenced session)."""
     _end_lease(s, lease, state=SUCCEEDED, result=result, error=None)
     _event(s, "item_succeeded", lease, worker, {"result": result} if result else None)
-    advance_pipeline(s, lease.job_id, lease.position, lease.photo_ids)
+    advance_pipeline(s, lease.job_id, lease.position, lease.photo_ids, len(lease.job_lanes))
 
 
 def fail(
@@ -320,8 +332,12 @@ def _successors(s: Session, job_id: int, position: int, photo_ids: Iterable[int]
     )
 
 
-def advance_pipeline(s: Session, job_id: int, position: int, photo_ids: Iterable[int]) -> None:
+def advance_pipeline(
+    s: Session, job_id: int, position: int, photo_ids: Iterable[int], lanes: int = 0
+) -> None:
     """The photo's item of the next lane becomes ready (pending, or paused/cancelled per the job)."""
+    if lanes and position >= lanes - 1:
+        return  # the last lane: nothing follows
     nxt = [i for i in _successors(s, job_id, position, photo_ids) if i.position == position + 1]
     if not nxt:
         return
@@ -373,7 +389,7 @@ def skip_successors(s: Session, job_id: int, position: int, photo_ids: Iterable[
 
 def item_row(engine: Engine, item_id: int) -> dict[str, Any] | None:
     """One item as a dict (for status displays and tests)."""
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         item = s.get(Item, item_id)
         if item is None:
             return None
@@ -382,7 +398,7 @@ def item_row(engine: Engine, item_id: int) -> dict[str, Any] | None:
 
 def running_items(engine: Engine, job_id: int) -> list[dict[str, Any]]:
     """The job's running items with their lease owner (for the demo's worker kill and displays)."""
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         rows = s.execute(
             select(Item.id, Item.lane, Item.lease_owner).where(Item.job_id == job_id, Item.state == RUNNING)
         ).all()

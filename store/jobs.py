@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from photojobs.lanes import LaneSpec
 
 from .clock import db_now
+from .engine import reader
 from .errors import BacklogFull, SubmissionError, UnknownJob
 from .events import emit, emit_many
 from .models import (
@@ -176,7 +177,7 @@ def _photo_ids(s: Session, engine: Engine, photos: Sequence[PhotoInput], now: fl
 
 def find_job_by_fingerprint(engine: Engine, fingerprint: str) -> int | None:
     """The newest job with this fingerprint, if any (``photojobs run`` resumes it)."""
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         return s.execute(
             select(Job.id).where(Job.fingerprint == fingerprint).order_by(Job.id.desc()).limit(1)
         ).scalar_one_or_none()
@@ -225,7 +226,7 @@ def derive_job_state(control: str | None, totals: Mapping[str, int]) -> str:
 
 
 def job_status(engine: Engine, job_id: int) -> JobStatus:
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         job = s.get(Job, job_id)
         if job is None:
             raise UnknownJob(job_id)
@@ -250,7 +251,7 @@ def job_status(engine: Engine, job_id: int) -> JobStatus:
 
 
 def list_jobs(engine: Engine, limit: int = 20) -> list[JobStatus]:
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         ids = s.execute(select(Job.id).order_by(Job.id.desc()).limit(limit)).scalars().all()
     return [job_status(engine, i) for i in ids]
 
@@ -341,7 +342,7 @@ def resume(engine: Engine, job_id: int) -> int:
 def failure_reasons(engine: Engine, job_id: int, top: int = 3) -> dict[str, list[tuple[str, int]]]:
     """Per lane, the most frequent errors of failed items: {lane: [(error, count), …]}."""
     out: dict[str, list[tuple[str, int]]] = {}
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         rows = s.execute(
             select(Item.lane, Item.error, func.count().label("n"))
             .where(Item.job_id == job_id, Item.state == FAILED)
@@ -358,7 +359,7 @@ def event_type_counts(engine: Engine, job_id: int, types: Sequence[str]) -> dict
     """How many events of each type the job has (e.g. lease_expired = recoveries)."""
     from .models import Event
 
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         rows = s.execute(
             select(Event.type, func.count())
             .where(Event.job_id == job_id, Event.type.in_(tuple(types)))
@@ -369,7 +370,7 @@ def event_type_counts(engine: Engine, job_id: int, types: Sequence[str]) -> dict
 
 def job_results(engine: Engine, job_id: int, lane: str) -> list[dict[str, Any]]:
     """The results of a lane's succeeded items (e.g. analysis facts, for near-duplicate groups)."""
-    with Session(engine) as s:
+    with Session(reader(engine)) as s:
         rows = s.execute(
             select(Item.photo_id, Item.result).where(
                 Item.job_id == job_id, Item.lane == lane, Item.state == SUCCEEDED

@@ -17,6 +17,7 @@ import redis
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
+from photojobs.cli_support import worker_env
 from store.models import Event, Item
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,7 +131,7 @@ class Fleet:
         self, lanes: list[str] | None = None, threads: int = 2, env: dict[str, str] | None = None
     ):  # type: ignore[no-untyped-def]
         lanes = lanes or ["noop"]
-        full_env = {**self.env, "dramatiq_queue_prefetch": str(threads), **(env or {})}
+        full_env = {**self.env, **worker_env(threads, {}), **(env or {})}
         log = open(self.logdir / f"worker-{len(self.procs)}.log", "ab")  # noqa: SIM115
         proc = subprocess.Popen(
             worker_command(lanes, threads),

@@ -47,7 +47,7 @@ def test_bad_messages_are_rejected_and_the_job_finishes(
     # Then each was rejected with its own reason and none claimed an item
     joined = " | ".join(reasons)
     assert "malformed message" in joined
-    assert "lane_exif" in joined  # an exif message on the noop queue
+    assert "belongs to lane 'noop', not 'exif'" in joined  # an exif message on the noop queue
     assert "unknown item 987654" in joined
     assert "stale token 7" in joined
     assert "evil_actor" in joined

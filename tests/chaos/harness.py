@@ -1,0 +1,438 @@
+"""The randomized chaos run: jobs over a shared pool of photo files, a worker fleet, and a seeded
+schedule of faults (SIGKILL, SIGSTOP/SIGCONT, SIGTERM, Redis FLUSHALL, sweeper deaths) and job
+controls (cancel, pause, resume) while the jobs run.
+
+The seed fixes every random decision of the schedule (what to do, to which job or worker, when);
+the interleaving of the processes is not reproducible, so a seed replays the same kind of run.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
+
+from photojobs.api import Client
+from photojobs.config import Settings
+from store.engine import make_engine
+from store.events import EventRecord, read_events
+from store.models import Item, Job
+from tests.chaos.checker import SETTLED_JOB_STATES, check_cursors
+from tests.support import Fleet, RedisServer
+
+WORKERS = 4
+THREADS = 2
+POOL = 36  # photo files shared by every job
+OUTSTANDING = 48  # submit more jobs only while fewer items than this are still to run
+RECENT = 8  # random controls pick among the most recent jobs (older ones are done)
+ACTIVE_STATES = ("waiting", "pending", "queued", "running")
+
+# Roles decide what the schedule does to a job (random actions come on top).
+PLAIN, PAUSE_RESUME, CANCEL, LEAVE_PAUSED = "plain", "pause_resume", "cancel", "leave_paused"
+
+
+def chaos_seed() -> int:
+    raw = os.environ.get("PHOTOJOBS_CHAOS_SEED", "").strip()
+    return int(raw) if raw else random.SystemRandom().randrange(1, 2**31)
+
+
+def chaos_seconds(default: float) -> float:
+    raw = os.environ.get("PHOTOJOBS_CHAOS_SECONDS", "").strip()
+    return float(raw) if raw else default
+
+
+@dataclass
+class ChaosJob:
+    id: int
+    role: str
+    sleep: float
+    paths: list[str]
+    cancelled: bool = False
+    pauses: int = 0
+    resumes: int = 0
+
+
+@dataclass
+class Worker:
+    proc: subprocess.Popen[bytes]
+    thaw: threading.Timer | None = None  # set while SIGSTOPped
+
+    @property
+    def frozen(self) -> bool:
+        return self.thaw is not None
+
+
+class EventTail(threading.Thread):
+    """A live reader following the cursor during the run, as a consumer of the event log would.
+
+    Every cursor it sees must be the next one, and what it saw at a cursor must be what the final
+    read finds there (``compare``)."""
+
+    def __init__(self, db_url: str, seed: int) -> None:
+        super().__init__(name="chaos-event-tail", daemon=True)
+        self.engine = make_engine(db_url)
+        self.rng = random.Random(seed ^ 0x7A11)
+        self.seen: list[EventRecord] = []
+        self.violations: list[str] = []
+        self.errors = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        cursor = 0
+        while not self._halt.wait(self.rng.uniform(0.05, 0.3)):
+            try:
+                # Half the reads number pending events themselves (racing the sweeper's numbering).
+                got = read_events(self.engine, after=cursor, limit=300, sequence=self.rng.random() < 0.5)
+            except Exception:  # noqa: BLE001 - a store blip (a frozen lock holder) is retried
+                self.errors += 1
+                continue
+            self.violations.extend(f"live reader: {v}" for v in check_cursors(got, after=cursor))
+            self.seen.extend(got)
+            if got:
+                cursor = got[-1].cursor
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=30)
+        self.engine.dispose()
+
+    def compare(self, final: list[EventRecord]) -> list[str]:
+        out = list(self.violations)
+        by_cursor = {e.cursor: e for e in final}
+        for e in self.seen:
+            f = by_cursor.get(e.cursor)
+            key = (e.type, e.item, e.token, e.worker, e.job)
+            if f is None or (f.type, f.item, f.token, f.worker, f.job) != key:
+                out.append(f"live reader saw {key} at cursor {e.cursor}, the final read has {f}")
+        return out
+
+
+@dataclass
+class ChaosRun:
+    seed: int
+    seconds: float
+    engine: Engine
+    env: dict[str, str]
+    fleet: Fleet
+    redis: RedisServer
+    workdir: Path
+    say: Callable[[str], None] = print
+    rng: random.Random = field(init=False)
+    client: Client = field(init=False)
+    jobs: list[ChaosJob] = field(default_factory=list)
+    workers: list[Worker] = field(default_factory=list)
+    sweepers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    stopping: list[subprocess.Popen[bytes]] = field(default_factory=list)  # SIGTERMed workers
+    schedule: list[tuple[float, str, int]] = field(default_factory=list)  # (due, action, job id)
+    forced: list[tuple[float, str]] = field(default_factory=list)  # (due, fault) each fault once
+    actions: Counter[str] = field(default_factory=Counter)
+    log: list[str] = field(default_factory=list)
+    pool: list[Path] = field(default_factory=list)
+    tail: EventTail | None = None
+    t0: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        self.client = Client(Settings.from_env(self.env), engine=self.engine)
+
+    # -- bookkeeping --------------------------------------------------------------------------
+    def note(self, what: str) -> None:
+        line = f"{time.monotonic() - self.t0:7.2f}s {what}"
+        self.log.append(line)
+        self.say(line)
+
+    def job(self, job_id: int) -> ChaosJob:
+        return next(j for j in self.jobs if j.id == job_id)
+
+    def active_items(self) -> int:
+        """Items still to run (paused ones wait for a resume and do not load the fleet)."""
+        with Session(self.engine) as s:
+            return int(
+                s.execute(
+                    select(func.count()).select_from(Item).where(Item.state.in_(ACTIVE_STATES))
+                ).scalar_one()
+            )
+
+    def recent(self, jobs: list[ChaosJob]) -> list[ChaosJob]:
+        """The most recently submitted of ``jobs``: the ones likely to be still running."""
+        return jobs[-RECENT:]
+
+    def controls(self) -> dict[int, str | None]:
+        with Session(self.engine) as s:
+            return dict(s.execute(select(Job.id, Job.control)).all())
+
+    # -- processes ----------------------------------------------------------------------------
+    def start_worker(self) -> Worker:
+        w = Worker(self.fleet.start_worker(["noop"], threads=THREADS))
+        self.workers.append(w)
+        return w
+
+    def start_sweeper(self) -> None:
+        self.sweepers.append(self.fleet.start_sweeper())
+
+    @staticmethod
+    def _signal(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def _thaw(self, w: Worker) -> None:
+        self._signal(w.proc, signal.SIGCONT)
+        w.thaw = None
+
+    def _kill(self, proc: subprocess.Popen[bytes]) -> None:
+        self._signal(proc, signal.SIGCONT)
+        self._signal(proc, signal.SIGKILL)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    # -- jobs ---------------------------------------------------------------------------------
+    def submit(self, role: str | None = None) -> ChaosJob:
+        rng = self.rng
+        if role is None:
+            role = rng.choices([PLAIN, PAUSE_RESUME, CANCEL, LEAVE_PAUSED], [5, 3, 1.5, 0.7])[0]
+        size = rng.randint(3, 18)
+        paths = sorted(str(p) for p in rng.sample(self.pool, size))
+        sleep = round(rng.uniform(0.1, 1.0), 2)
+        job_id = self.client.submit(["noop"], paths, {"noop.sleep": str(sleep)}).job_id
+        job = ChaosJob(job_id, role, sleep, paths)
+        self.jobs.append(job)
+        now = time.monotonic() - self.t0
+        if role in (PAUSE_RESUME, LEAVE_PAUSED):
+            at = now + rng.uniform(0.3, 6.0)
+            self.schedule.append((at, "pause", job_id))
+            if role == PAUSE_RESUME:
+                self.schedule.append((at + rng.uniform(0.5, 5.0), "resume", job_id))
+        elif role == CANCEL:
+            self.schedule.append((now + rng.uniform(0.5, 8.0), "cancel", job_id))
+        self.note(f"submit job {job_id} role={role} items={size} sleep={sleep}")
+        return job
+
+    def pause(self, job: ChaosJob, why: str) -> None:
+        n = self.client.pause(job.id)
+        job.pauses += 1
+        self.actions["pause"] += 1
+        self.note(f"pause job {job.id} ({why}): {n} item(s) paused now")
+
+    def resume(self, job: ChaosJob, why: str) -> None:
+        n = self.client.resume(job.id)
+        job.resumes += 1
+        self.actions["resume"] += 1
+        self.note(f"resume job {job.id} ({why}): {n} item(s) resumed")
+
+    def cancel(self, job: ChaosJob, why: str) -> None:
+        n = self.client.cancel(job.id)
+        job.cancelled = True
+        self.actions["cancel"] += 1
+        self.note(f"cancel job {job.id} ({why}): {n} item(s) cancelled now")
+
+    # -- the faults ---------------------------------------------------------------------------
+    def act_kill(self) -> None:
+        w = self.workers[self.rng.randrange(len(self.workers))]
+        if w.thaw is not None:
+            w.thaw.cancel()
+        self._kill(w.proc)
+        self.workers.remove(w)
+        self.start_worker()
+        self.actions["sigkill"] += 1
+        self.note(f"SIGKILL worker pid {w.proc.pid}{' (frozen)' if w.frozen else ''}; replacement started")
+
+    def act_freeze(self) -> None:
+        rng = self.rng
+        long = rng.random() < 0.5
+        seconds = rng.uniform(2.5, 6.0) if long else rng.uniform(0.2, 1.5)  # the lease TTL is 2 s
+        live = [w for w in self.workers if not w.frozen]
+        if len([w for w in self.workers if w.frozen]) >= 2 or not live:
+            self.note("freeze skipped: two workers are frozen already")
+            return
+        w = live[rng.randrange(len(live))]
+        self._signal(w.proc, signal.SIGSTOP)
+        w.thaw = threading.Timer(seconds, self._thaw, args=(w,))
+        w.thaw.daemon = True
+        w.thaw.start()
+        self.actions["sigstop_long" if long else "sigstop_short"] += 1
+        self.note(f"SIGSTOP worker pid {w.proc.pid} for {seconds:.1f}s")
+
+    def act_term(self) -> None:
+        live = [w for w in self.workers if not w.frozen]
+        if not live:
+            return
+        w = live[self.rng.randrange(len(live))]
+        # To the dramatiq main process alone: it stops its worker gracefully (a SIGTERM to the whole
+        # group would kill the worker child at once, which is what SIGKILL already covers).
+        try:
+            os.kill(w.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        self.workers.remove(w)
+        self.stopping.append(w.proc)
+        self.start_worker()
+        self.actions["sigterm"] += 1
+        self.note(f"SIGTERM worker pid {w.proc.pid} (graceful shutdown); replacement started")
+
+    def act_flushall(self) -> None:
+        self.redis.client().flushall()
+        self.actions["flushall"] += 1
+        self.note("Redis FLUSHALL")
+
+    def act_sweeper(self) -> None:
+        if len(self.sweepers) < 2:
+            self.start_sweeper()
+            self.note("second sweeper started")
+        else:
+            victim = self.sweepers.pop(self.rng.randrange(len(self.sweepers)))
+            self._kill(victim)
+            self.note(f"SIGKILL sweeper pid {victim.pid}")
+        self.actions["sweeper"] += 1
+
+    def act_pause(self) -> None:
+        pool = self.recent([j for j in self.jobs if not j.cancelled and j.role != LEAVE_PAUSED])
+        if pool:
+            self.pause(pool[self.rng.randrange(len(pool))], "random")
+
+    def act_resume(self) -> None:
+        pool = [j for j in self.jobs if not j.cancelled and j.role != LEAVE_PAUSED and j.pauses > j.resumes]
+        if pool:
+            self.resume(pool[self.rng.randrange(len(pool))], "random")
+
+    def act_cancel(self) -> None:
+        pool = self.recent([j for j in self.jobs if not j.cancelled and j.role in (PLAIN, PAUSE_RESUME)])
+        if pool and sum(j.cancelled for j in self.jobs) < len(self.jobs) / 3:
+            self.cancel(pool[self.rng.randrange(len(pool))], "random")
+
+    def act_submit(self) -> None:
+        if self.active_items() < OUTSTANDING:
+            self.submit()
+
+    def act_nothing(self) -> None:
+        pass
+
+    ACTIONS: tuple[tuple[str, float], ...] = (
+        ("kill", 1.2),
+        ("freeze", 1.5),
+        ("term", 0.6),
+        ("flushall", 0.5),
+        ("sweeper", 0.4),
+        ("pause", 1.2),
+        ("resume", 1.4),
+        ("cancel", 0.4),
+        ("submit", 1.6),
+        ("nothing", 0.8),
+    )
+
+    def run_due(self) -> None:
+        now = time.monotonic() - self.t0
+        due = sorted(s for s in self.schedule if s[0] <= now)
+        self.schedule = [s for s in self.schedule if s[0] > now]
+        for _, action, job_id in due:
+            job = self.job(job_id)
+            if job.cancelled:
+                continue
+            getattr(self, action)(job, f"role {job.role}")
+
+    # -- the run ------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.t0 = time.monotonic()
+        folder = self.workdir / "pool"
+        folder.mkdir(parents=True, exist_ok=True)
+        self.pool = []
+        for i in range(POOL):
+            p = folder / f"IMG_{i:04d}.jpg"
+            p.write_text(f"photo {i}")
+            self.pool.append(p)
+        self.tail = EventTail(self.env["PHOTOJOBS_DATABASE_URL"], self.seed)
+        self.tail.start()
+        # Each role at least once, then a random mix.
+        for role in (PAUSE_RESUME, CANCEL, LEAVE_PAUSED, PLAIN):
+            self.submit(role)
+        for _ in range(self.rng.randint(2, 5)):
+            self.submit()
+        self.start_sweeper()
+        for _ in range(WORKERS):
+            self.start_worker()
+        # Every kind of fault at least once, at a random moment of the run.
+        for fault in ("kill", "freeze", "term", "flushall"):
+            self.forced.append((self.rng.uniform(0.15, 0.85) * self.seconds, fault))
+        self.note(f"started {WORKERS} workers x {THREADS} threads, 1 sweeper, {len(self.jobs)} jobs")
+
+    def chaos(self) -> None:
+        names = [a for a, _ in self.ACTIONS]
+        weights = [w for _, w in self.ACTIONS]
+        end = self.t0 + self.seconds
+        while time.monotonic() < end:
+            time.sleep(self.rng.uniform(0.2, 1.2))
+            now = time.monotonic() - self.t0
+            for due, fault in [f for f in self.forced if f[0] <= now]:
+                self.forced.remove((due, fault))
+                getattr(self, "act_" + fault)()
+            self.run_due()
+            getattr(self, "act_" + self.rng.choices(names, weights)[0])()
+
+    def calm_down(self) -> None:
+        """End the faults: thaw, reap, make sure the fleet is whole, resume paused jobs."""
+        for w in self.workers:
+            if w.thaw is not None:
+                w.thaw.cancel()
+                self._thaw(w)
+        for proc in self.stopping:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.note(f"worker pid {proc.pid} did not stop within 20 s of SIGTERM; SIGKILL")
+                self._kill(proc)
+        for w in list(self.workers):
+            if w.proc.poll() is not None:
+                self.note(f"worker pid {w.proc.pid} had exited with {w.proc.returncode}; replacing it")
+                self.workers.remove(w)
+                self.start_worker()
+        self.sweepers = [p for p in self.sweepers if p.poll() is None]
+        if not self.sweepers:
+            self.start_sweeper()
+        controls = self.controls()
+        for job in self.jobs:
+            control = controls.get(job.id)
+            if job.role == LEAVE_PAUSED and not job.cancelled and control != "pause":
+                self.pause(job, "left paused at the end")
+            elif job.role != LEAVE_PAUSED and control == "pause":
+                self.resume(job, "end of chaos")
+        self.note(f"chaos over: {dict(self.actions)}")
+
+    def settle(self, timeout: float) -> dict[int, str]:
+        """Wait (polling, with a deadline) until every job is terminal or paused; the last states."""
+        deadline = time.monotonic() + timeout
+        while True:
+            states = {j.id: self.client.status(j.id).state for j in self.jobs}
+            if all(s in SETTLED_JOB_STATES for s in states.values()) or time.monotonic() > deadline:
+                self.note(f"job states: {states}")
+                return states
+            time.sleep(0.25)
+
+    def finish(self) -> None:
+        for w in self.workers:
+            if w.thaw is not None:
+                w.thaw.cancel()
+                self._thaw(w)
+        if self.tail is not None:
+            self.tail.stop()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "jobs": [
+                (j.id, j.role, len(j.paths), j.sleep, j.pauses, j.resumes, j.cancelled) for j in self.jobs
+            ],
+            "actions": dict(self.actions),
+        }

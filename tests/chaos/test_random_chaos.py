@@ -1,0 +1,151 @@
+"""A seeded randomized chaos run against real workers, Redis, and SQLite / PostgreSQL.
+
+Seed: ``PHOTOJOBS_CHAOS_SEED`` (else random, printed); length: ``PHOTOJOBS_CHAOS_SECONDS`` (the
+short variant defaults to 25 s and runs in ``make test``; the ``slow`` one defaults to 300 s and is
+what ``make chaos`` runs). A failure names its seed and the command that replays its schedule.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from tests.chaos.checker import analyse
+from tests.chaos.harness import LEAVE_PAUSED, ChaosJob, ChaosRun, chaos_seconds, chaos_seed
+from tests.support import Fleet, RedisServer, event_counts, items_of
+
+SHORT = chaos_seconds(25.0)
+LONG = chaos_seconds(300.0)
+MAX_ATTEMPTS = 100  # high enough that no item is quarantined: every failure is a finding
+
+
+def grouped(violations: list[str], limit: int = 40) -> str:
+    """Violations grouped by kind (numbers blanked), then the first ``limit`` in full."""
+    kinds = Counter(
+        re.sub(r"\d+", "#", re.sub(r"\S+:\d+:[0-9a-f]{6}", "<worker>", v.split("; history:")[0]))
+        for v in violations
+    )
+    head = "\n".join(f"  {n:4d} x {k}" for k, n in kinds.most_common())
+    full = "\n".join(f"  - {v}" for v in violations[:limit])
+    more = f"\n  ... and {len(violations) - limit} more" if len(violations) > limit else ""
+    return f"{len(violations)} violation(s) by kind:\n{head}\nfirst ones:\n{full}{more}"
+
+
+def run_chaos(
+    seconds: float,
+    engine: Engine,
+    env: dict[str, str],
+    fleet: Fleet,
+    redis_server: RedisServer,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    seed = chaos_seed()
+    tag = f"[chaos seed={seed} store={engine.dialect.name} seconds={seconds:g}]"
+    replay = (
+        f"PHOTOJOBS_CHAOS_SEED={seed} PHOTOJOBS_CHAOS_SECONDS={seconds:g} "
+        f".venv/bin/python -m pytest '{request.node.nodeid}'"
+    )
+    print(f"\n{tag} replay: {replay}", flush=True)
+    env["PHOTOJOBS_MAX_ATTEMPTS"] = str(MAX_ATTEMPTS)  # the fleet's processes read this dict
+    run = ChaosRun(seed, seconds, engine, env, fleet, redis_server, tmp_path / "chaos")
+    try:
+        # Given jobs of random sizes over a shared pool of photo files, 4 workers and a sweeper
+        run.start()
+        # When workers are killed, frozen and stopped, Redis is flushed, sweepers die, and jobs are
+        # cancelled, paused and resumed at random for the run's length
+        run.chaos()
+        # And then the faults stop, paused jobs are resumed (but those meant to stay paused)
+        run.calm_down()
+        states = run.settle(timeout=120 + seconds / 2)
+    finally:
+        run.finish()
+        (tmp_path / "chaos.log").write_text("\n".join(run.log))
+    jobs = {j.id: j for j in run.jobs}
+    analysis = analyse(engine, job_ids=list(jobs), max_attempts=MAX_ATTEMPTS)
+    print(f"{tag} {analysis.summary()}; actions {dict(run.actions)}", flush=True)
+    where = f"{tag}\nreplay: {replay}\nrun log: {tmp_path / 'chaos.log'}; worker logs: {fleet.logdir}"
+
+    # Then every job settled (terminal or paused) before the deadline
+    unsettled = [
+        f"job {j} ({jobs[j].role}) did not settle as succeeded/cancelled/paused: {s}"
+        for j, s in states.items()
+        if s not in ("succeeded", "cancelled", "paused")
+    ]
+    # And a reader that followed the cursor live saw the same events as the final read, without a gap
+    assert run.tail is not None
+    live = run.tail.compare(analysis.records)
+    if not run.tail.seen:
+        live.append("the live reader saw no events at all")
+    # And each job ended as its controls ask (checked for every job, reported together)
+    outcomes = [p for job_id, job in jobs.items() for p in job_outcome(engine, job, states[job_id])]
+    everything = unsettled + analysis.violations + live + outcomes
+    report = f"{where}\n{grouped(everything)}"
+    assert unsettled == [], report
+    # And the event log and the store satisfy every invariant of the checker
+    assert analysis.violations == [], report
+    assert live == [], report
+    assert outcomes == [], report
+
+
+def job_outcome(engine: Engine, job: ChaosJob, state: str) -> list[str]:
+    """What is wrong with how ``job`` ended, given what the run did to it."""
+    items = items_of(engine, job.id)
+    item_states = Counter(i.state for i in items)
+    successes = event_counts(engine, "item_succeeded", job.id)
+    info = (
+        f"job {job.id} ({job.role}, cancelled={job.cancelled}, pauses={job.pauses}, resumes={job.resumes}, "
+        f"state {state}, items {dict(item_states)})"
+    )
+    out = []
+    twice = {i: n for i, n in successes.items() if n != 1}
+    if twice:
+        out.append(f"{info}: items succeeded more than once: {twice}")
+    if job.cancelled:
+        # A cancelled job holds only terminal items: succeeded before the cancel, or cancelled
+        if not set(item_states) <= {"succeeded", "cancelled"} or state != "cancelled":
+            out.append(f"{info}: a cancelled job must hold only succeeded and cancelled items")
+    elif job.role == LEAVE_PAUSED:
+        # A job left paused holds succeeded and paused items only
+        if not set(item_states) <= {"succeeded", "paused"} or state not in ("paused", "succeeded"):
+            out.append(f"{info}: a job left paused must hold only succeeded and paused items")
+    else:
+        # Every other job (paused and resumed any number of times) succeeded: every item exactly once
+        if state != "succeeded" or set(item_states) != {"succeeded"}:
+            out.append(f"{info}: every item must have succeeded")
+        missing = sorted({i.id for i in items} - set(successes))
+        if missing:
+            out.append(f"{info}: items without an item_succeeded event: {missing}")
+        slept = {i.id: (i.result or {}).get("slept") for i in items if i.state == "succeeded"}
+        if set(slept.values()) - {job.sleep}:
+            out.append(f"{info}: results that did not sleep {job.sleep}s: {slept}")
+    return out
+
+
+@pytest.mark.timeout(int(SHORT + 420))
+def test_random_chaos_short(
+    engine: Engine,
+    env: dict[str, str],
+    fleet: Fleet,
+    redis_server: RedisServer,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    run_chaos(SHORT, engine, env, fleet, redis_server, tmp_path, request)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(int(LONG + 900))
+def test_random_chaos_long(
+    engine: Engine,
+    env: dict[str, str],
+    fleet: Fleet,
+    redis_server: RedisServer,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    run_chaos(LONG, engine, env, fleet, redis_server, tmp_path, request)
