@@ -1,4 +1,6 @@
-"""The ``archive`` lane: move originals into dated folders under the archive root."""
+"""The ``archive`` lane: move originals into dated folders under the archive root, or (with
+``archive.bundle=zip|tar``) write one bundle of the job's photos with a manifest of paths and
+SHA-256s. A bundle copies: the originals stay where they are."""
 
 from __future__ import annotations
 
@@ -6,13 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from middleware.context import ItemContext
-from photos.archive import archive_relpath
+from photojobs import failpoints
+from photos import fileops
+from photos.archive import archive_relpath, build_bundle, verify_bundle
 from photos.errors import PhotoError
+from store.items import bundle_members
 
 from .common import facts_for, params, photo_path, photo_root
-from .effects import FileEffects
+from .effects import FileEffects, TargetTaken, result_of
 from .lane import lane_actor
-from .moves import move_photo
+from .moves import MAX_SUFFIX, move_photo
 
 
 @lane_actor("archive")
@@ -21,17 +26,49 @@ def archive(ctx: ItemContext) -> dict[str, Any]:
     recovered = effects.recover()
     if recovered:
         return {"target": recovered[-1].target, "recovered": True}
-    path = photo_path(ctx)
     opts = params(ctx)
-    if opts.get("bundle", "none") != "none":
-        raise PhotoError(path, f"archive.bundle={opts['bundle']} is not supported by this version")
     root = Path(opts["root"])
+    root.mkdir(parents=True, exist_ok=True)
+    if opts.get("bundle", "none") != "none":
+        return _bundle(ctx, effects, root, opts["bundle"])
+    path = photo_path(ctx)
     facts = facts_for(ctx, path)
     relpath = archive_relpath(facts, path, path.stat().st_mtime)
-    root.mkdir(parents=True, exist_ok=True)
     result = move_photo(ctx, effects, path, root, relpath, [])
     prune_empty_dirs(path.parent, photo_root(ctx, path))
     return result
+
+
+def _bundle(ctx: ItemContext, effects: FileEffects, root: Path, kind: str) -> dict[str, Any]:
+    members = bundle_members(ctx.engine, ctx.item_id)
+    if not members:
+        return {"bundle": None, "photos": 0, "note": "no photo reached the archive lane"}
+    sources = [(Path(path), f"{pid:06d}_{Path(path).name}") for pid, path in members]
+    for src, _ in sources:
+        if not src.is_file():
+            raise PhotoError(src, "file not found (deleted or moved after submission)")
+    for n in range(MAX_SUFFIX):
+        suffix = f"_{n}" if n else ""
+        target = root / f"photojobs-job{ctx.lease.job_id}{suffix}.{kind}"
+        if target.exists():
+            continue
+        effects.sweep_temps(root)
+        staged = fileops.staged_path(target, effects.tag)
+        manifest = build_bundle(sources, staged, kind)
+        verify_bundle(staged, manifest)
+        failpoints.hit("archive.after_stage")
+        ctx.check()
+        sha = fileops.sha256_file(staged)
+        try:
+            intent = effects.record(kind="publish", staged=staged, target=target, source=None, sha256=sha)
+        except TargetTaken:
+            staged.unlink(missing_ok=True)
+            continue
+        applied = effects.apply_and_mark(
+            intent, kind="publish", staged=staged, target=target, source=None, sha256=sha
+        )
+        return result_of(applied, bundle=str(target), photos=len(members), sha256=sha)
+    raise PhotoError(root, f"no free bundle name after {MAX_SUFFIX} tries")
 
 
 def prune_empty_dirs(folder: Path, stop: Path) -> None:

@@ -124,6 +124,7 @@ class Client:
             params=plan.params,
             roots=plan.roots,
             fingerprint=plan.fingerprint,
+            bundle_lanes=["archive"] if plan.params.get("archive.bundle", "none") != "none" else [],
         )
 
     def find_same_job(self, plan: Plan) -> int | None:

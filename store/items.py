@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, delete, insert, select, tuple_, update
+from sqlalchemy import Engine, delete, func, insert, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from photojobs.lanes import EXCLUSIVE, NO_LOCK, LaneSpec
@@ -29,6 +29,7 @@ from .models import (
     RUNNING,
     SKIPPED,
     SUCCEEDED,
+    TERMINAL,
     WAITING,
     Item,
     ItemPhoto,
@@ -332,12 +333,67 @@ def _successors(s: Session, job_id: int, position: int, photo_ids: Iterable[int]
     )
 
 
+def release_bundle(s: Session, job_id: int, position: int) -> None:
+    """A bundle item (several photos, at ``position``) becomes ready once every item of the lane
+    before it has ended. Its row is locked first, so of two items finishing at once the second
+    sees the first's commit and exactly one of them releases the bundle."""
+    bundle = s.execute(
+        select(Item)
+        .where(
+            Item.job_id == job_id, Item.position == position, Item.photo_id.is_(None), Item.state == WAITING
+        )
+        .with_for_update()
+    ).scalar_one_or_none()
+    if bundle is None:
+        return
+    unfinished = s.execute(
+        select(func.count())
+        .select_from(Item)
+        .where(Item.job_id == job_id, Item.position == position - 1, Item.state.not_in(tuple(TERMINAL)))
+    ).scalar_one()
+    if unfinished:
+        return
+    state = ready_state(s, job_id)
+    s.execute(update(Item).where(Item.id == bundle.id).values(state=state, updated_at=db_now()))
+    emit(
+        s,
+        "item_ready" if state == PENDING else f"item_{state}",
+        job_id=job_id,
+        item_id=bundle.id,
+        lane=bundle.lane,
+        token=bundle.fencing_token,
+        detail={"state": state, "bundle": True},
+    )
+
+
+def bundle_members(engine: Engine, item_id: int) -> list[tuple[int, str]]:
+    """(photo id, current path) of a bundle's photos whose item in the lane before succeeded
+    (all of them when the bundle is the first lane)."""
+    with Session(reader(engine)) as s:
+        bundle = s.get(Item, item_id)
+        if bundle is None:
+            return []
+        q = (
+            select(Photo.id, Photo.path)
+            .join(ItemPhoto, ItemPhoto.photo_id == Photo.id)
+            .where(ItemPhoto.item_id == item_id)
+            .order_by(Photo.id)
+        )
+        if bundle.position > 0:
+            done = select(Item.photo_id).where(
+                Item.job_id == bundle.job_id, Item.position == bundle.position - 1, Item.state == SUCCEEDED
+            )
+            q = q.where(Photo.id.in_(done))
+        return [(r.id, r.path) for r in s.execute(q)]
+
+
 def advance_pipeline(
     s: Session, job_id: int, position: int, photo_ids: Iterable[int], lanes: int = 0
 ) -> None:
     """The photo's item of the next lane becomes ready (pending, or paused/cancelled per the job)."""
     if lanes and position >= lanes - 1:
         return  # the last lane: nothing follows
+    release_bundle(s, job_id, position + 1)
     nxt = [i for i in _successors(s, job_id, position, photo_ids) if i.position == position + 1]
     if not nxt:
         return
@@ -361,7 +417,9 @@ def advance_pipeline(
 
 
 def skip_successors(s: Session, job_id: int, position: int, photo_ids: Iterable[int], reason: str) -> None:
-    """Every later lane's item of the photo becomes ``skipped`` with the reason."""
+    """Every later lane's item of the photo becomes ``skipped`` with the reason (a bundle goes on
+    without the photo)."""
+    release_bundle(s, job_id, position + 1)
     later = _successors(s, job_id, position, photo_ids)
     if not later:
         return

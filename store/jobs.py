@@ -33,6 +33,7 @@ from .models import (
     TERMINAL,
     WAITING,
     Item,
+    ItemPhoto,
     Job,
     Photo,
 )
@@ -74,12 +75,15 @@ def submit(
     params: Mapping[str, Any] | None = None,
     roots: Sequence[str] = (),
     fingerprint: str | None = None,
+    bundle_lanes: Sequence[str] = (),
 ) -> Submitted:
     """Write the job, its photos and its items in one transaction and return at once.
 
     Each photo gets one item per lane; the first lane's items are ``pending``, the others
-    ``waiting`` on the lane before. Raises ``BacklogFull`` when a lane's unfinished items plus the
-    new ones would exceed the lane's backlog bound, and ``SubmissionError`` for no photos or lanes.
+    ``waiting`` on the lane before. A lane in ``bundle_lanes`` gets one item for all the photos
+    (``item_photos``), ready once every item of the lane before has ended. Raises ``BacklogFull``
+    when a lane's unfinished items plus the new ones would exceed the lane's backlog bound, and
+    ``SubmissionError`` for no photos or lanes.
     """
     if not lanes:
         raise SubmissionError("a job needs at least one lane")
@@ -114,6 +118,7 @@ def submit(
             .returning(Job.id)
         ).scalar_one()
         photo_ids = _photo_ids(s, engine, photos, now)
+        bundled = {pos for pos, sp in enumerate(lanes) if sp.name in bundle_lanes}
         n_items = 0
         for start in range(0, len(paths), CHUNK):
             chunk = paths[start : start + CHUNK]
@@ -131,7 +136,10 @@ def submit(
                 }
                 for p in chunk
                 for pos, spec in enumerate(lanes)
+                if pos not in bundled
             ]
+            if not rows:
+                continue
             created = s.execute(
                 insert(Item).returning(
                     Item.id, Item.photo_id, Item.lane, Item.state, sort_by_parameter_order=True
@@ -153,6 +161,8 @@ def submit(
                 ],
             )
             n_items += len(created)
+        for pos in sorted(bundled):
+            n_items += _bundle_item(s, job_id, lanes[pos].name, pos, list(photo_ids.values()), now)
         emit(
             s,
             "job_submitted",
@@ -160,6 +170,35 @@ def submit(
             detail={"lanes": [sp.name for sp in lanes], "photos": len(photos), "items": n_items},
         )
     return Submitted(job_id=job_id, items=n_items, photos=len(photos))
+
+
+def _bundle_item(s: Session, job_id: int, lane: str, pos: int, photo_ids: list[int], now: float) -> int:
+    state = PENDING if pos == 0 else WAITING
+    item_id = s.execute(
+        insert(Item)
+        .values(
+            job_id=job_id,
+            lane=lane,
+            position=pos,
+            photo_id=None,
+            state=state,
+            attempt=0,
+            fencing_token=0,
+            not_before=0.0,
+            updated_at=now,
+        )
+        .returning(Item.id)
+    ).scalar_one()
+    s.execute(insert(ItemPhoto), [{"item_id": item_id, "photo_id": p} for p in sorted(photo_ids)])
+    emit(
+        s,
+        "item_created",
+        job_id=job_id,
+        item_id=item_id,
+        lane=lane,
+        detail={"state": state, "photos": len(photo_ids)},
+    )
+    return 1
 
 
 def _photo_ids(s: Session, engine: Engine, photos: Sequence[PhotoInput], now: float) -> dict[str, int]:

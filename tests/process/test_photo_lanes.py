@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -15,9 +18,10 @@ from photos.errors import InvalidParameter
 from photos.fileops import sha256_file
 from photos.samples import generate_samples
 from store.jobs import list_jobs
-from tests.support import Fleet, event_counts, items_of, job_done, wait_for
+from tests.support import Fleet, event_counts, item_states, items_of, job_done, wait_for
 
 from .test_file_effects import all_files, store_paths_match_disk, temp_files
+from .test_lanes_and_locks import work_intervals
 
 
 def test_bad_inputs_fail_clearly_and_the_rest_finish(
@@ -113,3 +117,64 @@ def test_full_pipeline_over_generated_photos(
     assert temp_files(folder, Path(f"{folder}-archive"), Path(f"{folder}-uploads")) == []
     store_paths_match_disk(engine)
     client.engine.dispose()
+
+
+@pytest.mark.parametrize("kind", ["zip", "tar"])
+def test_archive_bundle_holds_every_analysed_photo_with_a_verified_manifest(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path, kind: str
+) -> None:
+    # Given 12 photos (two corrupt) and, at the same time, an EXIF job on the same photos
+    folder = tmp_path / "photos"
+    made = generate_samples(folder, 10, seed=4, corrupt=2, size=(320, 240))
+    client = Client(Settings.from_env(env))
+    bundle_job = client.submit(["analysis", "archive"], [folder], {"archive.bundle": kind}).job_id
+    exif_job = client.submit(["exif"], [folder], {"exif.rating": "2"}).job_id
+    # When both run on two workers
+    fleet.start_sweeper()
+    for _ in range(2):
+        fleet.start_worker(["analysis", "archive", "exif"], threads=2)
+    for job in (bundle_job, exif_job):
+        wait_for(lambda job=job: job_done(engine, job), 120, what=f"job {job} to finish")
+    # Then one bundle holds the ten good photos (the corrupt ones failed analysis), its manifest checks out
+    [bundle_item] = [i for i in items_of(engine, bundle_job) if i.lane == "archive"]
+    assert bundle_item.state == "succeeded" and bundle_item.result["photos"] == 10
+    bundle = Path(bundle_item.result["bundle"])
+    assert bundle.name == f"photojobs-job{bundle_job}.{kind}"
+    from photos.archive import verify_bundle
+
+    names = _bundle_names(bundle, kind)
+    manifest = json.loads(_bundle_read(bundle, kind, "MANIFEST.json"))
+    verify_bundle(bundle, manifest)
+    assert len(manifest["members"]) == 10 and len(names) == 11
+    # And the originals are all still in place (a bundle copies), the EXIF job succeeded on the good ones
+    assert all(p.exists() for p in made)
+    assert item_states(engine, exif_job).get("succeeded") == 10
+    # And the bundle's exclusive locks on its ten photos never overlapped EXIF work on them
+    intervals = work_intervals(engine)
+    [(b0, b1)] = [
+        (s, e) for spans in [intervals.get(None, [])] for s, e, _lane, item in spans if item == bundle_item.id
+    ]
+    for photo, spans in intervals.items():
+        for s0, s1, lane, _item in spans:
+            if photo is not None and lane == "exif":
+                assert not (s0 < b1 and b0 < s1), f"exif on photo {photo} overlapped the bundle"
+    assert temp_files(folder, Path(f"{folder}-archive")) == []
+    client.engine.dispose()
+
+
+def _bundle_names(path: Path, kind: str) -> list[str]:
+    if kind == "zip":
+        with zipfile.ZipFile(path) as z:
+            return z.namelist()
+    with tarfile.open(path) as t:
+        return t.getnames()
+
+
+def _bundle_read(path: Path, kind: str, name: str) -> bytes:
+    if kind == "zip":
+        with zipfile.ZipFile(path) as z:
+            return z.read(name)
+    with tarfile.open(path) as t:
+        member = t.extractfile(name)
+        assert member is not None
+        return member.read()
