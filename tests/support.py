@@ -221,3 +221,54 @@ def make_files(folder: Path, n: int, prefix: str = "f") -> list[Path]:
         p.write_text(str(i))
         out.append(p)
     return out
+
+
+class MotoServer:
+    """moto's S3-compatible server in its own process on 127.0.0.1 (a real HTTP endpoint)."""
+
+    def __init__(self, logdir: Path) -> None:
+        self.port = free_port()
+        self.log = logdir / "moto.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> str:
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+        def listening() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"moto server exited: {self.log.read_text()[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return True
+            except OSError:
+                return False
+
+        wait_for(listening, 30, what=f"moto server on port {self.port}")
+        return self.endpoint
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+
+AWS_TEST_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+}

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import tarfile
 import zipfile
 from pathlib import Path
 
+import boto3
 import pytest
 from PIL import Image
 from sqlalchemy import Engine
@@ -18,7 +20,16 @@ from photos.errors import InvalidParameter
 from photos.fileops import sha256_file
 from photos.samples import generate_samples
 from store.jobs import list_jobs
-from tests.support import Fleet, event_counts, item_states, items_of, job_done, wait_for
+from tests.support import (
+    AWS_TEST_ENV,
+    Fleet,
+    MotoServer,
+    event_counts,
+    item_states,
+    items_of,
+    job_done,
+    wait_for,
+)
 
 from .test_file_effects import all_files, store_paths_match_disk, temp_files
 from .test_lanes_and_locks import work_intervals
@@ -178,3 +189,51 @@ def _bundle_read(path: Path, kind: str, name: str) -> bytes:
         member = t.extractfile(name)
         assert member is not None
         return member.read()
+
+
+def test_upload_lane_to_s3_compatible_storage_is_verified_and_idempotent(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given a real S3-compatible server (moto) on loopback with a bucket, and 8 photos
+    moto = MotoServer(tmp_path)
+    endpoint = moto.start()
+    try:
+        env = {**env, **AWS_TEST_ENV}
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        s3.create_bucket(Bucket="photos")
+        folder = tmp_path / "photos"
+        made = generate_samples(folder, 8, seed=8, size=(320, 240))
+        client = Client(Settings.from_env(env))
+        params = {"upload.target": "s3://photos/backup", "upload.endpoint": endpoint}
+        # When an upload job runs, and then the same upload again as a second job
+        first = client.submit(["upload"], [folder], params).job_id
+        fleet.env = env
+        fleet.start_sweeper()
+        fleet.start_worker(["upload"], threads=2)
+        wait_for(lambda: job_done(engine, first), 120, what="the upload job")
+        second = client.submit(["upload"], [folder], params).job_id
+        wait_for(lambda: job_done(engine, second), 120, what="the repeated upload job")
+        # Then every photo is in the bucket under its content-addressed key with the same bytes
+        objects = s3.list_objects_v2(Bucket="photos", Prefix="backup/")["Contents"]
+        assert len(objects) == 8
+        want = {sha256_file(p) for p in made}
+        got = {
+            hashlib.sha256(s3.get_object(Bucket="photos", Key=o["Key"])["Body"].read()).hexdigest()
+            for o in objects
+        }
+        assert got == want
+        # And the repeat was a no-op: every item of the second job found its object already there
+        assert item_states(engine, first) == {"succeeded": 8} and item_states(engine, second) == {
+            "succeeded": 8
+        }
+        assert all(i.result["already_present"] for i in items_of(engine, second))
+        assert not any(i.result["already_present"] for i in items_of(engine, first))
+        client.engine.dispose()
+    finally:
+        moto.stop()

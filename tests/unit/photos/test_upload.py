@@ -5,9 +5,6 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +22,7 @@ from photos.upload import (
     object_key,
     parse_target,
 )
+from tests.support import MotoServer
 
 PART = 5 * MiB
 
@@ -38,33 +36,11 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A moto S3 server in its own process on 127.0.0.1, polled until it accepts connections."""
-    port = _free_port()
-    log = tmp_path_factory.mktemp("moto") / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=out, stderr=subprocess.STDOUT,
-        )
+    server = MotoServer(tmp_path_factory.mktemp("moto"))
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"moto server exited with {proc.returncode}: {log.read_text()[-2000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"moto server not listening on {port} after 30 s: {log.read_text()[-2000:]}")
-                time.sleep(0.05)  # polling interval, not synchronisation: the loop checks the condition
-        yield f"http://127.0.0.1:{port}"
+        yield server.start()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        server.stop()
 
 
 @pytest.fixture
