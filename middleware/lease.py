@@ -186,9 +186,8 @@ class LeaseMiddleware(Middleware):
                         # It finished anyway: try to commit; the fence decides.
                         self._succeed(ctx, result)
                     return
-                control = store_items.job_control(self.engine, lease.job_id)
                 with fenced(self.engine, lease.item_id, lease.token, worker=self.worker, what="stop") as s:
-                    store_items.stop(s, lease, control, self.worker, str(exception))
+                    store_items.stop(s, lease, self.worker, str(exception))
                 return
             if exception is None:
                 self._succeed(ctx, result)

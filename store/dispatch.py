@@ -89,11 +89,15 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
         picked = [r for group in zip_longest(*per_job) for r in group if r is not None][:room]
         if not picked:
             return []
-        s.execute(
-            update(Item)
-            .where(Item.id.in_([r.id for r in picked]), Item.state == PENDING)
-            .values(state=QUEUED, queued_at=now, updated_at=now)
+        queued_ids = set(
+            s.execute(
+                update(Item)
+                .where(Item.id.in_([r.id for r in picked]), Item.state == PENDING)
+                .values(state=QUEUED, queued_at=now, updated_at=now)
+                .returning(Item.id)
+            ).scalars()
         )
+        picked = [r for r in picked if r.id in queued_ids]  # a concurrent pause/cancel took the others
         emit_many(
             s,
             [

@@ -295,20 +295,24 @@ def fail(
     return FAILED
 
 
-def stop(s: Session, lease: Lease, control: str | None, worker: str | None, reason: str) -> str:
-    """End a running item that stopped cooperatively: ``cancelled``, ``paused``, or back to ``pending``
-    (worker shutdown; that attempt is not counted against the item)."""
-    if control == CANCEL:
+def stop(s: Session, lease: Lease, worker: str | None, reason: str) -> str:
+    """End a running item that stopped cooperatively, as its job asks *now* (read in this
+    transaction, under a share lock): ``cancelled``, ``paused``, or back to ``pending`` (a resume
+    came first, or the worker is shutting down). A stop that was not a failure does not use up an
+    attempt."""
+    state = ready_state(s, lease.job_id)
+    if state == CANCELLED:
         _end_lease(s, lease, state=CANCELLED)
         _event(s, "item_cancelled", lease, worker, {"reason": reason})
         return CANCELLED
-    if control == PAUSE:
-        _end_lease(s, lease, state=PAUSED)
-        _event(s, "item_paused", lease, worker, {"reason": reason})
-        return PAUSED
-    state = ready_state(s, lease.job_id)
     _end_lease(s, lease, state=state, attempt=Item.attempt - 1)
-    _event(s, "item_released", lease, worker, {"reason": reason, "state": state})
+    _event(
+        s,
+        "item_paused" if state == PAUSED else "item_released",
+        lease,
+        worker,
+        {"reason": reason, "state": state},
+    )
     return state
 
 
@@ -398,7 +402,15 @@ def advance_pipeline(
     if not nxt:
         return
     state = ready_state(s, job_id)
-    s.execute(update(Item).where(Item.id.in_([i.id for i in nxt])).values(state=state, updated_at=db_now()))
+    changed = set(
+        s.execute(
+            update(Item)
+            .where(Item.id.in_([i.id for i in nxt]), Item.state == WAITING)
+            .values(state=state, updated_at=db_now())
+            .returning(Item.id)
+        ).scalars()
+    )
+    nxt = [i for i in nxt if i.id in changed]  # a concurrent cancel may have ended some already
     emit_many(
         s,
         [
@@ -423,11 +435,15 @@ def skip_successors(s: Session, job_id: int, position: int, photo_ids: Iterable[
     later = _successors(s, job_id, position, photo_ids)
     if not later:
         return
-    s.execute(
-        update(Item)
-        .where(Item.id.in_([i.id for i in later]))
-        .values(state=SKIPPED, error=reason, updated_at=db_now())
+    changed = set(
+        s.execute(
+            update(Item)
+            .where(Item.id.in_([i.id for i in later]), Item.state == WAITING)
+            .values(state=SKIPPED, error=reason, updated_at=db_now())
+            .returning(Item.id)
+        ).scalars()
     )
+    later = [i for i in later if i.id in changed]  # a concurrent cancel may have ended some already
     emit_many(
         s,
         [

@@ -63,6 +63,8 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
             .all()
         )
         for item in rows:
+            # Read before the UPDATE: the session refreshes ``item`` from it.
+            old_token, owner = item.fencing_token, item.lease_owner
             spec = specs.get(item.lane)
             max_attempts = spec.max_attempts if spec else 1
             exhausted = item.attempt >= max_attempts
@@ -70,10 +72,10 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
             error = f"quarantined: killed its worker {item.attempt} times" if exhausted else item.error
             done = s.execute(
                 update(Item)
-                .where(Item.id == item.id, Item.fencing_token == item.fencing_token, Item.state == RUNNING)
+                .where(Item.id == item.id, Item.fencing_token == old_token, Item.state == RUNNING)
                 .values(
                     state=state,
-                    fencing_token=item.fencing_token + 1,
+                    fencing_token=old_token + 1,
                     lease_owner=None,
                     lease_expires_at=None,
                     error=error,
@@ -92,9 +94,9 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
                 photo_id=item.photo_id,
                 lane=item.lane,
                 attempt=item.attempt,
-                token=item.fencing_token + 1,
-                worker=item.lease_owner,
-                detail={"old_token": item.fencing_token, "state": state},
+                token=old_token + 1,
+                worker=owner,
+                detail={"old_token": old_token, "state": state},
             )
             if exhausted:
                 quarantined += 1
@@ -106,7 +108,7 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
                     photo_id=item.photo_id,
                     lane=item.lane,
                     attempt=item.attempt,
-                    token=item.fencing_token + 1,
+                    token=old_token + 1,
                     detail={"error": error},
                 )
                 skip_successors(
