@@ -100,6 +100,10 @@ def engine(db_url: str) -> Iterator[Engine]:
 @pytest.fixture
 def env(db_url: str, redis_url: str) -> dict[str, str]:
     """Environment for worker/sweeper processes: short leases so recovery tests run quickly."""
+    return _worker_env(db_url, redis_url)
+
+
+def _worker_env(db_url: str, redis_url: str) -> dict[str, str]:
     return {
         **os.environ,
         "PHOTOJOBS_DATABASE_URL": db_url,
