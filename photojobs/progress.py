@@ -81,7 +81,7 @@ class Progress:
         """A one-off message (worker restarted, job paused) shown above the table / as a line."""
         self.notes = (self.notes + [text])[-4:]
         if self.live is None:
-            self.console.print(text, highlight=False)
+            self.console.print(text, highlight=False, soft_wrap=True)
 
     def update(self, status: JobStatus, *, restarts: int = 0, recoveries: int = 0) -> None:
         now = time.monotonic()
@@ -98,6 +98,7 @@ class Progress:
             self.console.print(
                 f"job {status.job_id} {status.state}: {text}; restarts {restarts}, recoveries {recoveries}",
                 highlight=False,
+                soft_wrap=True,
             )
             self.last_text, self.last_line = text, now
 

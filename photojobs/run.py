@@ -37,8 +37,10 @@ EXIT_OK = 0
 EXIT_FAILED_ITEMS = 1
 EXIT_INTERRUPTED = 130
 EXIT_TEMPFAIL = 75
+EXIT_WORKERS_FAILED = 3
 FINAL = {"succeeded", "failed", "partial", "cancelled"}
 WORKERS_FILE = "workers.json"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass
@@ -62,8 +64,11 @@ def state_dir_for(paths: list[str], state: Path | None) -> Path:
     return base.parent / ".photojobs"
 
 
-def kill_leftover_workers(state_dir: Path, console: Console) -> int:
-    """Kill the worker process groups a killed ``photojobs run`` left behind (recorded in the state dir)."""
+def kill_leftover_workers(state_dir: Path, console: Console, database_url: str) -> int:
+    """Kill the worker process groups a killed ``photojobs run`` left behind (recorded in the state dir).
+
+    Only a ``dramatiq actors`` process whose environment names this run's database is touched, so a
+    recycled pid never takes an unrelated process down."""
     record = state_dir / WORKERS_FILE
     if not record.exists():
         return 0
@@ -77,7 +82,12 @@ def kill_leftover_workers(state_dir: Path, console: Console) -> int:
             cmdline = Path(f"/proc/{pgid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"dramatiq" in cmdline and b"actors" in cmdline:
+        try:
+            environ = Path(f"/proc/{pgid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ours = f"PHOTOJOBS_DATABASE_URL={database_url}".encode() in environ
+        if b"dramatiq" in cmdline and b"actors" in cmdline and ours:
             try:
                 os.killpg(pgid, signal.SIGKILL)
                 killed += 1
@@ -100,6 +110,7 @@ class Runner:
         self.events: list[str] = []
         self.lock = threading.Lock()
         self.supervisor: Supervisor | None = None
+        self.gave_up = False
         self.state_dir = state_dir_for(opts.paths, opts.state)
 
     # -- signals and supervisor events ---------------------------------------------------
@@ -128,15 +139,15 @@ class Runner:
     # -- the run --------------------------------------------------------------------------
     def run(self) -> int:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        kill_leftover_workers(self.state_dir, self.console)
         env = dict(os.environ)
+        env.setdefault("PHOTOJOBS_DATABASE_URL", f"sqlite:///{self.state_dir / 'photojobs.db'}")
+        kill_leftover_workers(self.state_dir, self.console, env["PHOTOJOBS_DATABASE_URL"])
         embedded: EmbeddedRedis | None = None
         if not env.get("PHOTOJOBS_REDIS_URL"):
             embedded = EmbeddedRedis(self.state_dir)
             env["PHOTOJOBS_REDIS_URL"] = embedded.start()
             if embedded.adopted:
                 self.console.print("reusing the embedded Redis left by an earlier run", highlight=False)
-        env.setdefault("PHOTOJOBS_DATABASE_URL", f"sqlite:///{self.state_dir / 'photojobs.db'}")
         env.setdefault("PHOTOJOBS_FLEET_PROCESSES", str(self.opts.workers))
         settings = Settings.from_env(env)
         sweeper: Sweeper | None = None
@@ -152,7 +163,9 @@ class Runner:
                     f"job {job_id} already finished ({status.state}); nothing to do", highlight=False
                 )
                 return self._summary(client, job_id)
-            previous = signal.signal(signal.SIGINT, self._on_sigint)
+            # Ctrl-C, a polite kill and a closed terminal all pause the job cooperatively; the same
+            # signal twice stops at once.
+            previous = {sig: signal.signal(sig, self._on_sigint) for sig in STOP_SIGNALS}
             sweeper = Sweeper(settings)
             sweeper.start()
             self.supervisor = Supervisor(
@@ -169,8 +182,16 @@ class Runner:
             finally:
                 self.supervisor.stop(timeout=1 if self.interrupts >= 2 else 15)
                 (self.state_dir / WORKERS_FILE).unlink(missing_ok=True)
-                signal.signal(signal.SIGINT, previous)
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
             code = self._summary(client, job_id)
+            if self.gave_up:
+                self.console.print(
+                    f"stopped: the workers kept crashing (see {self.state_dir / 'logs'}); "
+                    "fix the cause and run the same command again to resume",
+                    highlight=False,
+                )
+                return EXIT_WORKERS_FAILED
             if interrupted:
                 self.console.print(
                     f"paused job {job_id}; run the same command again to resume it", highlight=False
@@ -232,6 +253,12 @@ class Runner:
                     progress.note(
                         "Ctrl-C: pausing; running items stop at their next safe point (again: stop now)"
                     )
+                if self.supervisor is not None and len(self.supervisor.gave_up_slots) == self.opts.workers:
+                    progress.note(
+                        f"every worker crashed repeatedly and was given up; logs: {self.state_dir / 'logs'}"
+                    )
+                    self.gave_up = True
+                    return False
                 if status.state in FINAL or (paused_by_us and status.state == "paused"):
                     return paused_by_us and status.state == "paused"
                 if self.opts.kill_worker_at is not None and not killed:
@@ -316,7 +343,7 @@ class Runner:
 
 
 def run(opts: RunOptions) -> int:
-    console = Console(stderr=opts.as_json)
+    console = Console(stderr=opts.as_json, soft_wrap=True)
     return Runner(opts, console).run()
 
 

@@ -245,13 +245,13 @@ class JobStatus:
 
 def derive_job_state(control: str | None, totals: Mapping[str, int]) -> str:
     """A job's state follows from its items and its control request (one place decides it)."""
+    if control == PAUSE:
+        # Pause stops pending/queued items at once and running ones at a safe point; a waiting item
+        # (a later lane of a paused photo) cannot move until the job resumes.
+        return "pausing" if totals.get(RUNNING, 0) else "paused"
     active = sum(totals.get(s, 0) for s in (WAITING, PENDING, QUEUED, RUNNING))
     if active:
-        if control == CANCEL:
-            return "cancelling"
-        if control == PAUSE:
-            return "pausing"
-        return "running"
+        return "cancelling" if control == CANCEL else "running"
     if totals.get(PAUSED, 0):
         return "paused"
     if control == CANCEL or totals.get(CANCELLED, 0):
