@@ -9,7 +9,8 @@ What is checked:
 
 - cursors: they run 1..N without a gap, a repeat or a step backwards;
 - per item, the events are a valid walk of the state machine (``item_created`` first; a claim only
-  from queued/pending with token = previous token + 1 and attempt = previous attempt + 1; a lease
+  from queued/pending with token = previous token + 1 and attempt = previous attempt + 1, where a
+  cooperative pause or release gives its attempt back (only failures and expiries use one up); a lease
   holder's commit (succeeded, failed, retry, released, stopped) only while running and with the
   token and the worker of the latest claim; ``lease_expired`` only while running, bumping the token
   by one; job-level changes only from the states they apply to; tokens never go backwards);
@@ -282,8 +283,13 @@ class _Walker:
             it.quarantining = False  # a quarantine's item_failed follows its lease_expired at once
 
         if t == "item_queued":
-            self._need(it, e, st in (PENDING,), tok == it.token)
-            it.state = QUEUED
+            if st == PENDING and tok == it.token:
+                it.state = QUEUED
+            else:
+                # The dispatcher's UPDATE is guarded by state = pending: the store did not change, so
+                # the walk does not either (no cascade); only the event is wrong.
+                self._need(it, e, False, tok == it.token)
+                it.history[-1] += "(phantom)"
         elif t == "item_republished":
             self._need(it, e, st == QUEUED, tok == it.token)
         elif t == "item_deferred":
@@ -328,13 +334,14 @@ class _Walker:
             elif st == RUNNING:
                 self._control_is(it, e, CONTROL_OF_READY_STATE[to], f"released into {to}")
             if self._lease_end(it, e, to or "?"):
-                it.attempt -= 1  # a shutdown does not count against the item
+                it.attempt -= 1  # a shutdown (or a resume before the stop) is no failure either
         elif t in ("item_cancelled", "item_paused"):
             to, control = (CANCELLED, "cancel") if t == "item_cancelled" else (PAUSED, "pause")
             reason = detail.get("reason")
             if st == RUNNING:
                 self._control_is(it, e, control, f"stopped by its worker as {to}")
-                self._lease_end(it, e, to)
+                if self._lease_end(it, e, to) and to == PAUSED:
+                    it.attempt -= 1  # a pause is no failure: it does not use up an attempt
             else:
                 allowed = (WAITING, PENDING, QUEUED) + ((PAUSED,) if to == CANCELLED else ())
                 self._need(it, e, st in allowed, tok == it.token)

@@ -99,7 +99,7 @@ class History:
             token=token,
             attempt=attempt,
             worker=worker,
-            detail={"reason": "stopped"},
+            detail={"reason": "stopped", "state": kind},
         )
 
     def released(self, item: int, token: int, attempt: int, worker: str, state: str = "pending") -> History:

@@ -63,12 +63,12 @@ def test_accepts_pause_stop_resume_release_deferral_and_cancel() -> None:
     h.queued(10, 0).claimed(10, 1, 1, W1).pause(1, [(11, 0)]).stopped(10, "paused", 1, 1, W1)
     h.resume(1, [(10, 1), (11, 0)])
     h.queued(11, 0).add("item_deferred", item=11, token=0, worker=W2).queued(11, 0)
-    h.claimed(11, 1, 1, W2).released(11, 1, 1, W2).run(10, 1, 2, W1)
+    h.claimed(11, 1, 1, W2).released(11, 1, 1, W2).run(10, 1, 1, W1)
     h.cancel(1, [(11, 1), (12, 0)])
-    # When it is checked against the store
+    # When it is checked against the store (the pause and the release gave their attempts back)
     found = violations(
         h,
-        {10: ("succeeded", 2, 2), 11: ("cancelled", 1, 0), 12: ("cancelled", 0, 0)},
+        {10: ("succeeded", 2, 1), 11: ("cancelled", 1, 0), 12: ("cancelled", 0, 0)},
         controls={1: "cancel"},
         job_states={1: "cancelled"},
     )
@@ -210,7 +210,7 @@ def test_reports_a_worker_pause_that_lost_a_resume_or_a_cancel() -> None:
     # When it is checked against a store where both stay paused
     found = violations(
         h,
-        {10: ("paused", 1, 1), 20: ("paused", 1, 1)},
+        {10: ("paused", 1, 0), 20: ("paused", 1, 0)},
         controls={1: None, 2: "cancel"},
         job_states={1: "paused", 2: "paused"},
     )
@@ -219,6 +219,18 @@ def test_reports_a_worker_pause_that_lost_a_resume_or_a_cancel() -> None:
     one_of(found, "item 20", "stopped by its worker as paused while its job's control is 'cancel'")
     one_of(found, "item 10", "nothing will ever resume it")
     one_of(found, "item 20", "job cancelled but the item is paused")
+
+
+def test_reports_a_phantom_queue_event_once() -> None:
+    # Given an item paused, then logged as queued by a dispatcher that did not queue it (its guarded
+    # UPDATE skipped the row), then resumed, queued and run normally
+    h = History().submit(1, [10]).pause(1, [(10, 0)]).queued(10, 0)
+    h.resume(1, [(10, 0)]).run(10, 0, 1, W1)
+    # When it is checked
+    found = violations(h, {10: ("succeeded", 1, 1)})
+    # Then the phantom item_queued is the only violation (the walk does not take it as a change)
+    assert len(found) == 1, found
+    one_of(found, "item_queued", "not allowed from state 'paused'")
 
 
 def test_reports_a_cancel_batch_without_its_job_event_and_a_pause_after_cancel() -> None:
@@ -299,7 +311,7 @@ def test_real_store_protocol_run_is_clean(engine: Engine, tmp_path: Path) -> Non
     assert lease is not None
     assert store_items.claim(engine, EXIF, b1.id, 0, "w2").deferred
     with fenced(engine, a1.id, lease.token, worker="w1", what="stop") as s:
-        store_items.stop(s, lease, None, "w1", "worker shutting down")
+        store_items.stop(s, lease, "w1", "worker shutting down")
     b_lease = store_items.claim(engine, EXIF, b1.id, 0, "w2").lease
     a2_lease = store_items.claim(engine, EXIF, a2.id, 0, "w1").lease
     assert b_lease is not None and a2_lease is not None
@@ -310,7 +322,7 @@ def test_real_store_protocol_run_is_clean(engine: Engine, tmp_path: Path) -> Non
     assert c_lease is not None
     store_jobs.pause(engine, c)
     with fenced(engine, c1.id, c_lease.token, worker="w3", what="stop") as s:
-        store_items.stop(s, c_lease, store_items.job_control(engine, c), "w3", "paused")
+        store_items.stop(s, c_lease, "w3", "paused")
     store_jobs.resume(engine, c)
     store_jobs.cancel(engine, c)
     take_for_dispatch(engine, EXIF, bound=10)

@@ -1,8 +1,8 @@
 """Runtime bugs the chaos work found, each reproduced deterministically and judged by the checker.
 
-Every test states the behaviour the runtime should have and is marked ``xfail(strict=True)`` while
-the bug stands: when a fix lands the test passes, strict xfail turns that into a failure, and the
-marker must go (the test then guards the fix).
+All five were fixed in 619206f ("Fix races found by the chaos checker"); these tests reproduce the
+exact interleaving of each and now guard the fixes. The races of 2-4 need row-level concurrency,
+so they run on PostgreSQL (SQLite serializes every writer with ``BEGIN IMMEDIATE``).
 """
 
 from __future__ import annotations
@@ -70,27 +70,45 @@ def _someone_waits_for_a_lock(engine: Engine) -> bool:
         )
 
 
-def _open_control(engine: Engine, job: int, control: str, from_states: tuple[str, ...], to: str) -> Session:
-    """A job's cancel/pause transaction (store.jobs.cancel/pause) stopped just before its commit."""
+# The job control transactions of store.jobs (cancel / pause / resume), stopped before their commit.
+_CONTROLS = {
+    CANCEL: (
+        (WAITING, PENDING, QUEUED, PAUSED),
+        CANCELLED,
+        "item_cancelled",
+        "job cancelled",
+        "job_cancel_requested",
+    ),
+    PAUSE: ((PENDING, QUEUED), PAUSED, "item_paused", "job paused", "job_pause_requested"),
+    None: ((PAUSED,), PENDING, "item_resumed", "job resumed", "job_resumed"),
+}
+
+
+def _open_control(engine: Engine, job: int, control: str | None) -> Session:
+    """The user's cancel / pause / resume (control None) of ``job`` in flight: locks taken, no commit."""
+    from_states, to, event, why, request = _CONTROLS[control]
     s, row = store_jobs._control(engine, job)
     row.control = control
     s.flush()
-    why = "job cancelled" if control == CANCEL else "job paused"
-    n = store_jobs._set_items(s, job, from_states, to, f"item_{to}", why)
-    request = "job_cancel_requested" if control == CANCEL else "job_pause_requested"
-    emit(s, request, job_id=job, detail={"cancelled_now" if control == CANCEL else "paused_now": n})
+    n = store_jobs._set_items(s, job, from_states, to, event, why)
+    emit(s, request, job_id=job, detail={"items": n})
     return s
 
 
-# -- 1. store/sweeper.py revoke_expired: the lease_expired event names the wrong lease ------------------
+def _commit_when_blocked(engine: Engine, control: Session, thread: threading.Thread, what: str) -> None:
+    """Start ``thread``; once it waits for a lock of ``control`` (or is done: it did not wait, which is
+    how the unfixed runtime went wrong), commit ``control``."""
+    thread.start()
+    wait_for(lambda: _someone_waits_for_a_lock(engine) or not thread.is_alive(), 10, what=what)
+    control.commit()
+    control.close()
+    thread.join(10)
+    assert not thread.is_alive()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG 1: store/sweeper.py revoke_expired emits lease_expired (and the quarantine item_failed) "
-    "from the ORM object its UPDATE already synchronized: token = new + 1, old_token = the new token, "
-    "worker = None",
-)
+# -- 1. store/sweeper.py revoke_expired: the lease_expired event named the wrong lease -----------------
+
+
 def test_lease_expired_event_names_the_revoked_lease(engine: Engine, tmp_path: Path) -> None:
     # Given an item claimed by worker w1 with token 1
     job = _submit(engine, tmp_path, ["a.jpg"])
@@ -109,93 +127,78 @@ def test_lease_expired_event_names_the_revoked_lease(engine: Engine, tmp_path: P
     assert check(engine, job_ids=[job], require_settled=False) == []
 
 
-# -- 2. middleware/lease.py finish: a pause stop reads the job control outside its transaction --------
+# -- 2. middleware/lease.py finish: a pause stop read the job's control outside its transaction -------
 
 
-class _RacingControl:
-    """store.items.job_control, with a user's resume or cancel landing just after the read."""
-
-    def __init__(self, engine: Engine, then: str) -> None:
-        self.engine, self.then = engine, then
-        self.real = store_items.job_control
-
-    def __call__(self, engine: Engine, job_id: int) -> str | None:
-        control = self.real(engine, job_id)
-        getattr(store_jobs, self.then)(self.engine, job_id)
-        return control
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG 2: middleware/lease.py finish() reads the job control (store.items.job_control) in its "
-    "own transaction and store.items.stop() trusts it; a resume or cancel committed in between leaves the "
-    "item paused under a running or cancelled job: nothing resumes it, the job never finishes",
-)
-@pytest.mark.parametrize("then", ["resume", "cancel"])
+@pytest.mark.parametrize("control", [None, CANCEL], ids=["resume", "cancel"])
 def test_pause_stop_racing_a_resume_or_cancel_does_not_strand_the_item(
-    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, then: str
+    pg_engine: Engine, tmp_path: Path, control: str | None
 ) -> None:
-    # Given a running item of a job the user pauses (the heartbeat passes the pause on)
-    job = _submit(engine, tmp_path, ["a.jpg", "b.jpg"])
+    # Given a running item of a job the user paused (the heartbeat passed the pause on to the actor)
+    job = _submit(pg_engine, tmp_path, ["a.jpg", "b.jpg"])
+    take_for_dispatch(pg_engine, NOOP, bound=4)
+    first = _items(pg_engine, job)[0]
+    lease = store_items.claim(pg_engine, NOOP, first.id, 0, "w1").lease
+    assert lease is not None
+    store_jobs.pause(pg_engine, job)
+    middleware = LeaseMiddleware(all_lanes({}), lambda: pg_engine, heartbeat_interval=60)
+    middleware.worker = "w1"
+    ctx = ItemContext(lease=lease, spec=NOOP, engine=pg_engine, worker="w1")
+    # And the user's resume (or cancel) in flight
+    racing = _open_control(pg_engine, job, control)
+    # When the actor stops at its safe point and the resume commits while the stop is being written
+    stopper = threading.Thread(target=middleware.finish, args=(ctx, None, Stopped("pause", "job paused")))
+    _commit_when_blocked(pg_engine, racing, stopper, "the stop to wait for the job's control")
+    # Then the item is not left paused: pending again after a resume, cancelled after a cancel
+    assert check(pg_engine, job_ids=[job], require_settled=False) == []
+    state = _items(pg_engine, job)[0].state
+    assert state == (PENDING if control is None else CANCELLED), f"item is {state}"
+
+
+def test_pause_stop_after_a_resume_releases_the_item(engine: Engine, tmp_path: Path) -> None:
+    # Given a running item whose job was paused and, before the actor reached a safe point, resumed
+    job = _submit(engine, tmp_path, ["a.jpg"])
     take_for_dispatch(engine, NOOP, bound=4)
-    first = _items(engine, job)[0]
-    lease = store_items.claim(engine, NOOP, first.id, 0, "w1").lease
+    [item] = _items(engine, job)
+    lease = store_items.claim(engine, NOOP, item.id, 0, "w1").lease
     assert lease is not None
     store_jobs.pause(engine, job)
+    store_jobs.resume(engine, job)
     middleware = LeaseMiddleware(all_lanes({}), lambda: engine, heartbeat_interval=60)
     middleware.worker = "w1"
-    ctx = ItemContext(lease=lease, spec=NOOP, engine=engine, worker="w1")
-    # When the actor stops at its safe point, and the user's resume (or cancel) commits between the
-    # middleware reading the job's control and committing the stop
-    monkeypatch.setattr(store_items, "job_control", _RacingControl(engine, then))
-    middleware.finish(ctx, None, Stopped("pause", "job paused"))
-    # Then the item is not left paused: pending again after a resume, cancelled after a cancel
+    # When the actor stops for the pause it was told about
+    middleware.finish(ItemContext(lease, NOOP, engine, "w1"), None, Stopped("pause", "job paused"))
+    # Then the item is pending again, its attempt given back
     assert check(engine, job_ids=[job], require_settled=False) == []
-    state = _items(engine, job)[0].state
-    assert state == (PENDING if then == "resume" else CANCELLED), f"item is {state}"
+    [after] = _items(engine, job)
+    assert (after.state, after.attempt) == (PENDING, 0)
 
 
-# -- 3. store/dispatch.py take_for_dispatch: item_queued for items it did not queue (PostgreSQL) ------
+# -- 3. store/dispatch.py take_for_dispatch: item_queued for items it did not queue --------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG 3: store/dispatch.py take_for_dispatch emits item_queued and returns a Publish for every "
-    "picked row, though its guarded UPDATE skipped the rows a concurrent pause/cancel changed meanwhile",
-)
 @pytest.mark.parametrize("control", [PAUSE, CANCEL])
 def test_dispatch_racing_a_pause_or_cancel_logs_only_what_it_queued(
     pg_engine: Engine, tmp_path: Path, control: str
 ) -> None:
     # Given a pending item, and the user's pause (or cancel) of its job in flight (row locks taken)
     job = _submit(pg_engine, tmp_path, ["a.jpg"])
-    to = PAUSED if control == PAUSE else CANCELLED
-    pending = _open_control(pg_engine, job, control, (PENDING, QUEUED), to)
+    racing = _open_control(pg_engine, job, control)
     got: dict[str, Any] = {}
     dispatcher = threading.Thread(
         target=lambda: got.update(publish=take_for_dispatch(pg_engine, NOOP, bound=4))
     )
     # When the dispatcher picks the item (it still reads pending) and the pause commits before its UPDATE
-    dispatcher.start()
-    wait_for(lambda: _someone_waits_for_a_lock(pg_engine), 10, what="the dispatcher to wait for the row lock")
-    pending.commit()
-    pending.close()
-    dispatcher.join(10)
+    _commit_when_blocked(pg_engine, racing, dispatcher, "the dispatcher to wait for the row lock")
     # Then nothing is published or logged for the item it did not queue
     assert check(pg_engine, job_ids=[job], require_settled=False) == []
-    assert _items(pg_engine, job)[0].state == to
+    assert _items(pg_engine, job)[0].state == (PAUSED if control == PAUSE else CANCELLED)
     assert got["publish"] == []
 
 
-# -- 4. store/items.py advance_pipeline / skip_successors: unguarded UPDATEs (PostgreSQL) -------------
+# -- 4. store/items.py advance_pipeline / skip_successors: unguarded UPDATEs ---------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG 4: store/items.py advance_pipeline and skip_successors select the WAITING successors, then "
-    "UPDATE them by id without a state guard: a cancel committed in between is overwritten (cancelled -> "
-    "skipped) or logged twice (a second item_cancelled)",
-)
 @pytest.mark.parametrize("outcome", ["succeed", "fail"])
 def test_next_lane_racing_a_cancel_keeps_one_cancellation(
     pg_engine: Engine, tmp_path: Path, outcome: str
@@ -207,7 +210,7 @@ def test_next_lane_racing_a_cancel_keeps_one_cancellation(
     lease = store_items.claim(pg_engine, ANALYSIS, first.id, 0, "w1").lease
     assert lease is not None
     # And the user's cancel in flight: the waiting exif item is cancelled, not yet committed
-    cancelling = _open_control(pg_engine, job, CANCEL, (WAITING, PENDING, QUEUED, PAUSED), CANCELLED)
+    racing = _open_control(pg_engine, job, CANCEL)
 
     def finish() -> None:
         with fenced(pg_engine, first.id, lease.token, worker="w1") as s:
@@ -216,27 +219,18 @@ def test_next_lane_racing_a_cancel_keeps_one_cancellation(
             else:
                 store_items.fail(s, ANALYSIS, lease, "unreadable photo", "w1", retry=False)
 
-    worker = threading.Thread(target=finish)
     # When the analysis item finishes (it reads the exif item as waiting) and the cancel commits
-    worker.start()
-    wait_for(lambda: _someone_waits_for_a_lock(pg_engine), 10, what="the worker to wait for the cancel")
-    cancelling.commit()
-    cancelling.close()
-    worker.join(10)
+    _commit_when_blocked(
+        pg_engine, racing, threading.Thread(target=finish), "the worker to wait for the cancel"
+    )
     # Then the exif item stays cancelled, with one item_cancelled event
     assert check(pg_engine, job_ids=[job]) == []
     assert _items(pg_engine, job)[1].state == CANCELLED
 
 
-# -- 5. pauses count as attempts: one crash after two pauses quarantines an item -----------------------
+# -- 5. pauses used up attempts: one crash after two pauses quarantined an item ------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG 5: store/items.py stop() keeps the attempt of a paused (or cancelled) run, so pauses use up "
-    "max_attempts: after two pauses one lease expiry quarantines the item as 'killed its worker 3 times' "
-    "(and one transient error fails it without retry)",
-)
 def test_pauses_do_not_use_up_attempts(engine: Engine, tmp_path: Path) -> None:
     # Given an item paused mid-run twice (the job paused and resumed twice), max_attempts = 3
     job = _submit(engine, tmp_path, ["a.jpg"])
@@ -248,7 +242,7 @@ def test_pauses_do_not_use_up_attempts(engine: Engine, tmp_path: Path) -> None:
         assert lease is not None
         store_jobs.pause(engine, job)
         with fenced(engine, item.id, lease.token, worker="w1", what="stop") as s:
-            store_items.stop(s, lease, store_items.job_control(engine, job), "w1", "paused")
+            store_items.stop(s, lease, "w1", "paused")
         store_jobs.resume(engine, job)
         token = lease.token
     take_for_dispatch(engine, NOOP, bound=4)
@@ -260,4 +254,5 @@ def test_pauses_do_not_use_up_attempts(engine: Engine, tmp_path: Path) -> None:
     # Then the item is retried, not quarantined as a worker killer
     [after] = _items(engine, job)
     assert (revoked, quarantined) == (1, 0), f"item is {after.state}: {after.error}"
-    assert after.state == PENDING
+    assert (after.state, after.attempt) == (PENDING, 1)
+    assert check(engine, job_ids=[job], require_settled=False) == []

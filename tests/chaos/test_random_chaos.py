@@ -2,7 +2,8 @@
 
 Seed: ``PHOTOJOBS_CHAOS_SEED`` (else random, printed); length: ``PHOTOJOBS_CHAOS_SECONDS`` (the
 short variant defaults to 25 s and runs in ``make test``; the ``slow`` one defaults to 300 s and is
-what ``make chaos`` runs). A failure names its seed and the command that replays its schedule.
+what ``make chaos`` runs). A failure names its seed and the command that replays its schedule;
+add ``--basetemp=DIR`` to keep the run log, the worker logs and (SQLite) the database for a look.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tests.chaos.checker import analyse
 from tests.chaos.harness import LEAVE_PAUSED, ChaosJob, ChaosRun, chaos_seconds, chaos_seed
 from tests.support import Fleet, RedisServer, event_counts, items_of
 
+SEED = chaos_seed()  # one per session: the SQLite and the PostgreSQL run share the schedule
 SHORT = chaos_seconds(25.0)
 LONG = chaos_seconds(300.0)
 MAX_ATTEMPTS = 100  # high enough that no item is quarantined: every failure is a finding
@@ -44,7 +46,7 @@ def run_chaos(
     tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> None:
-    seed = chaos_seed()
+    seed = SEED
     tag = f"[chaos seed={seed} store={engine.dialect.name} seconds={seconds:g}]"
     replay = (
         f"PHOTOJOBS_CHAOS_SEED={seed} PHOTOJOBS_CHAOS_SECONDS={seconds:g} "
@@ -85,6 +87,8 @@ def run_chaos(
     outcomes = [p for job_id, job in jobs.items() for p in job_outcome(engine, job, states[job_id])]
     everything = unsettled + analysis.violations + live + outcomes
     report = f"{where}\n{grouped(everything)}"
+    if not analysis.counts["item_claimed"]:  # the fleet never worked: show why
+        report += f"\nno item was ever claimed; worker logs:\n{fleet.logs()[-6000:]}"
     assert unsettled == [], report
     # And the event log and the store satisfy every invariant of the checker
     assert analysis.violations == [], report
