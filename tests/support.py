@@ -17,7 +17,7 @@ import redis
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from photojobs.cli_support import worker_env
+from photojobs.cli_support import worker_command, worker_env
 from store.models import Event, Item
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,21 +102,6 @@ class RedisServer:
         self.stop()
         self.start()
 
-
-def worker_command(lanes: list[str], threads: int) -> list[str]:
-    queues = [f"photojobs.{lane}" for lane in lanes]
-    return [
-        sys.executable,
-        "-m",
-        "dramatiq",
-        "actors",
-        "--processes",
-        "1",
-        "--threads",
-        str(threads),
-        "--queues",
-        *queues,
-    ]
 
 
 class Fleet:
