@@ -1,12 +1,17 @@
 """``python -m benchmarks``: run the registered benchmarks, print a table, write ``results.json``.
 
 Sizes come from flags, else ``PJBENCH_*`` variables, else the defaults (``--quick`` shrinks them for
-CI smoke runs: 200 items, 2000 submitted files, one recovery repetition)::
+CI smoke runs: 200 items (100 for ``locks``), 2000 submitted files, 40 photos, one recovery
+repetition)::
 
     python -m benchmarks                                  # everything, full size
     python -m benchmarks --items 2000 --processes 2 --threads 4 --only noop,recovery
-    python -m benchmarks --quick                          # < 90 s
+    python -m benchmarks --only locks,analysis            # updates those two in results.json
+    python -m benchmarks --quick                          # < 120 s
     python -m benchmarks --list
+
+A run of some benchmarks (``--only``) into an existing results file replaces their entries and
+keeps the others (each entry records the run it came from).
 
 Exit status: 0 when every benchmark ran (goals met or not), 1 when one failed, 130 when interrupted.
 """
@@ -34,8 +39,8 @@ from .registry import PLANNED, Row, load_all
 
 HERE = Path(__file__).resolve().parent
 
-FULL = {"items": 2000, "submit_items": 100_000, "repetitions": 3}
-QUICK = {"items": 200, "submit_items": 2000, "repetitions": 1}
+FULL = {"items": 2000, "submit_items": 100_000, "repetitions": 3, "photos": 300}
+QUICK = {"items": 200, "submit_items": 2000, "repetitions": 1, "photos": 40}
 
 
 def _env_int(name: str) -> int | None:
@@ -50,7 +55,9 @@ def _csv(text: str | None) -> list[str]:
 def parse_args(argv: Sequence[str] | None = None) -> tuple[Config, argparse.Namespace]:
     """The run's ``Config`` from flags, then ``PJBENCH_*`` variables, then the (quick) defaults."""
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="CI smoke sizes (200 items, 2000 files, 1 rep).")
+    p.add_argument(
+        "--quick", action="store_true", help="CI smoke sizes (200 items, 2000 files, 40 photos, 1 rep)."
+    )
     p.add_argument("--items", type=int, help="N for the throughput runs [PJBENCH_ITEMS; 2000].")
     p.add_argument("--processes", type=int, help="worker processes P [PJBENCH_PROCESSES; 2].")
     p.add_argument("--threads", type=int, help="threads per worker process T [PJBENCH_THREADS; 4].")
@@ -58,6 +65,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Config, argparse.Name
         "--submit-items", type=int, help="files in the submission run [PJBENCH_SUBMIT_ITEMS; 100000]."
     )
     p.add_argument("--repetitions", type=int, help="recovery repetitions [PJBENCH_REPETITIONS; 3].")
+    p.add_argument("--photos", type=int, help="sample photos in the analysis run [PJBENCH_PHOTOS; 300].")
     p.add_argument(
         "--bound", type=int, help="PHOTOJOBS_LANE_NOOP_BOUND for the throughput run [default 2*T*P]."
     )
@@ -82,6 +90,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Config, argparse.Name
         threads=pick(a.threads, "PJBENCH_THREADS", 4),
         submit_items=pick(a.submit_items, "PJBENCH_SUBMIT_ITEMS", sizes["submit_items"]),
         repetitions=pick(a.repetitions, "PJBENCH_REPETITIONS", sizes["repetitions"]),
+        photos=pick(a.photos, "PJBENCH_PHOTOS", sizes["photos"]),
         bound=pick(a.bound, "PJBENCH_BOUND", 0),
         stores=_csv(a.stores or os.environ.get("PJBENCH_STORES")) or list(STORES),
         only=_csv(a.only or os.environ.get("PJBENCH_ONLY")),
@@ -95,7 +104,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Config, argparse.Name
     bad = [s for s in cfg.stores if s not in STORES]
     if bad:
         p.error(f"unknown store(s) {', '.join(bad)}; stores are {', '.join(STORES)}")
-    for name in ("items", "processes", "threads", "submit_items", "repetitions"):
+    for name in ("items", "processes", "threads", "submit_items", "repetitions", "photos"):
         if getattr(cfg, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     return cfg, a
@@ -191,8 +200,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     titles = {b.name: b.title for b in selected}
     report.render(rows, ctx.notes, titles, meta)
     output = args.output or HERE / ("results-quick.json" if cfg.quick else "results.json")
-    report.write_json(output, rows, ctx.notes, titles, meta)
-    print(f"\nresults written to {output}")
+    kept = report.write_json(output, rows, ctx.notes, titles, meta, keep_others=bool(cfg.only))
+    print(
+        f"\nresults written to {output}" + (f" (kept from earlier runs: {', '.join(kept)})" if kept else "")
+    )
     return 1 if failed else 0
 
 

@@ -316,6 +316,7 @@ class Config:
     processes: int = 2
     threads: int = 4
     submit_items: int = 100_000
+    photos: int = 300  # sample photos in the analysis run
     repetitions: int = 3
     stores: list[str] = field(default_factory=lambda: list(STORES))
     only: list[str] = field(default_factory=list)
@@ -327,8 +328,19 @@ class Config:
     @property
     def warmup(self) -> int:
         """Items/messages run before each throughput measurement (connections, imports, caches)."""
-        pt = self.processes * self.threads
-        return max(pt, min(self.items // 10, 4 * pt))
+        return self.warmup_for(self.items)
+
+    @property
+    def heavy_stores(self) -> list[str]:
+        """The stores of the longer benchmarks: ``stores``, but only SQLite (else the first) with --quick."""
+        if not self.quick:
+            return list(self.stores)
+        return [s for s in self.stores if s == "sqlite"] or self.stores[:1]
+
+    def warmup_for(self, items: int, threads: int | None = None) -> int:
+        """The warm-up size before a measurement of ``items`` with ``threads`` per process."""
+        pt = self.processes * (threads or self.threads)
+        return max(pt, min(items // 10, 4 * pt))
 
 
 @dataclass
@@ -415,10 +427,12 @@ class BenchContext:
             queue,
         ]
 
-    def start_worker(self, env: Mapping[str, str], threads: int) -> subprocess.Popen[bytes]:
-        """One ``dramatiq actors --processes 1`` worker on the noop lane."""
+    def start_worker(
+        self, env: Mapping[str, str], threads: int, queue: str = "photojobs.noop"
+    ) -> subprocess.Popen[bytes]:
+        """One ``dramatiq actors --processes 1`` worker on ``queue`` (the noop lane's by default)."""
         full = {**env, "dramatiq_queue_prefetch": str(threads)}
-        return self.procs.spawn("worker", self.worker_command(threads), full)
+        return self.procs.spawn("worker", self.worker_command(threads, queue), full)
 
     def start_sweeper(self, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
         """``python -m photojobs sweep`` (revokes expired leases and dispatches pending items)."""

@@ -82,16 +82,51 @@ def render(
             out.print(f"  $ {c}", markup=False)
 
 
+RUN_KEYS = ("mode", "started", "duration_s", "command", "revision")
+
+
 def write_json(
-    path: Path, rows: list[Row], notes: dict[str, Notes], titles: dict[str, str], meta: dict[str, Any]
-) -> None:
-    """``results.json``: the run's metadata, then per benchmark its settings, commands and rows."""
-    benchmarks: dict[str, Any] = {}
+    path: Path,
+    rows: list[Row],
+    notes: dict[str, Notes],
+    titles: dict[str, str],
+    meta: dict[str, Any],
+    *,
+    keep_others: bool = False,
+) -> list[str]:
+    """``results.json``: the run's metadata, then per benchmark its run, settings, commands and rows.
+
+    With ``keep_others`` (a run of some benchmarks, ``--only``), the entries of an existing file of
+    the same mode for benchmarks this run did not run are kept, in their place, each with the run
+    it came from. Returns the names of the entries kept.
+    """
+    run = {k: meta.get(k) for k in RUN_KEYS}
+    fresh: dict[str, Any] = {}
     for row in rows:
-        b = benchmarks.setdefault(row.benchmark, {"title": titles.get(row.benchmark, ""), "rows": []})
+        b = fresh.setdefault(row.benchmark, {"title": titles.get(row.benchmark, ""), "run": run, "rows": []})
         b["rows"].append(row.as_dict())
     for name, n in notes.items():
-        b = benchmarks.setdefault(name, {"title": titles.get(name, ""), "rows": []})
+        b = fresh.setdefault(name, {"title": titles.get(name, ""), "run": run, "rows": []})
         b["settings"] = n.settings
         b["commands"] = n.commands
+    old: dict[str, Any] = {}
+    if keep_others and path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, ValueError):
+            old = {}
+        if not isinstance(old, dict) or old.get("mode") != meta.get("mode"):
+            old = {}
+    benchmarks: dict[str, Any] = {}
+    kept: list[str] = []
+    for name, entry in (old.get("benchmarks") or {}).items():
+        if name in fresh:
+            benchmarks[name] = fresh[name]
+        elif isinstance(entry, dict):
+            entry.setdefault("run", {k: old.get(k) for k in RUN_KEYS})
+            benchmarks[name] = entry
+            kept.append(name)
+    for name, entry in fresh.items():
+        benchmarks.setdefault(name, entry)
     path.write_text(json.dumps({**meta, "benchmarks": benchmarks}, indent=2, default=str) + "\n")
+    return kept

@@ -9,6 +9,9 @@ Same machine, same private Redis, same P worker processes x T threads, same N, m
   last ``item_succeeded`` (database clock), so dispatch is included.
 
 Each measurement follows a warm-up batch through the same processes (connections, imports).
+
+:func:`run_photojobs` (any lane, any folder, extra environment) and :func:`summary_rows` are also
+the harness of the ``locks`` and ``analysis`` benchmarks.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from . import cpu
@@ -146,15 +151,17 @@ def run_plain(ctx: BenchContext) -> Measured:
 def _event_figures(reader: Reader, job_id: int, t_commit: float) -> dict[str, Any]:
     rows = reader.rows(
         "SELECT type, item_id, at FROM events WHERE job_id = ? AND type IN "
-        "('item_queued', 'item_claimed', 'item_succeeded') ORDER BY id",
+        "('item_queued', 'item_claimed', 'item_succeeded', 'item_deferred') ORDER BY id",
         (job_id,),
     )
     queued: dict[int, float] = {}
     claimed: dict[int, float] = {}
     succeeded: dict[int, float] = {}
-    claims = 0
+    claims = deferred = 0
     for type_, item, at in rows:
-        if type_ == "item_queued":
+        if type_ == "item_deferred":
+            deferred += 1
+        elif type_ == "item_queued":
             queued.setdefault(item, at)
         elif type_ == "item_claimed":
             claims += 1
@@ -186,6 +193,7 @@ def _event_figures(reader: Reader, job_id: int, t_commit: float) -> dict[str, An
         "claim_to_succeeded_ms_mean": ms(runs),
         "claim_to_succeeded_ms_p95": ms(runs, 0.95),
         "extra_claims": claims - len(claimed),
+        "deferred": deferred,
     }
 
 
@@ -196,42 +204,72 @@ def _pg_backends(reader: Reader) -> list[int]:
     return [r[0] for r in reader.rows("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")]
 
 
-def run_photojobs(ctx: BenchContext, store: str) -> Measured:
-    """photojobs' noop lane: P workers x T threads plus one sweeper, N items, on ``store``."""
+def run_photojobs(
+    ctx: BenchContext,
+    store: str,
+    *,
+    lane: str = "noop",
+    folder: Path | None = None,
+    warm_folder: Path | None = None,
+    threads: int | None = None,
+    extra: Mapping[str, str] | None = None,
+    params: Mapping[str, str] | None = None,
+    label: str = "",
+    note_commands: bool = True,
+) -> Measured:
+    """One photojobs lane: P workers x T threads plus one sweeper, a job of the ``folder``'s files.
+
+    By default the noop lane with ``noop.sleep=0`` on N empty files (``--items``). ``extra`` adds
+    environment variables to every process of the run (workers, sweeper, the submitting client):
+    e.g. ``PHOTOJOBS_LANE_NOOP_LOCK=X``. Measured from the submission's commit to the last
+    ``item_succeeded`` (database clock), after a warm-up job through the same processes.
+    """
     from photojobs.api import Client
     from photojobs.config import Settings
 
     cfg = ctx.config
-    url = ctx.dbs.create(store, "noop")
+    threads = threads or cfg.threads
+    if params is None:
+        params = {"noop.sleep": "0"} if lane == "noop" else {}
+    if folder is None:
+        folder = ctx.folder("noop", cfg.items)
+    if warm_folder is None:
+        warm_folder = ctx.folder("warm", cfg.warmup_for(cfg.items, threads))
+    queue = f"photojobs.{lane}"
+    url = ctx.dbs.create(store, lane)
     client = None
     procs = []
     try:
         ctx.redis.flush()
-        extra = {
+        env_extra = {
             "PHOTOJOBS_FLEET_PROCESSES": str(cfg.processes),
-            "PHOTOJOBS_LANE_NOOP_THREADS": str(cfg.threads),
+            f"PHOTOJOBS_LANE_{lane.upper()}_THREADS": str(threads),
         }
-        if cfg.bound:
-            extra["PHOTOJOBS_LANE_NOOP_BOUND"] = str(cfg.bound)
-        env = ctx.photojobs_env(url, **extra)
-        keys = ["PHOTOJOBS_DATABASE_URL", "PHOTOJOBS_REDIS_URL", *extra]
-        worker_env = {**env, "dramatiq_queue_prefetch": str(cfg.threads)}
-        ctx.note(
-            command=f"photojobs ({cfg.processes}x): "
-            + command_line(ctx.worker_command(cfg.threads), worker_env, [*keys, "dramatiq_queue_prefetch"])
-        )
-        ctx.note(
-            command="photojobs sweeper: "
-            + command_line([sys.executable, "-m", "photojobs", "sweep"], env, keys)
-        )
+        if cfg.bound and lane == "noop":
+            env_extra["PHOTOJOBS_LANE_NOOP_BOUND"] = str(cfg.bound)
+        env_extra.update(extra or {})
+        env = ctx.photojobs_env(url, **env_extra)
+        keys = ["PHOTOJOBS_DATABASE_URL", "PHOTOJOBS_REDIS_URL", *env_extra]
+        worker_env = {**env, "dramatiq_queue_prefetch": str(threads)}
+        who = f"photojobs{label}"
+        if note_commands:
+            ctx.note(
+                command=f"{who} ({cfg.processes}x): "
+                + command_line(
+                    ctx.worker_command(threads, queue), worker_env, [*keys, "dramatiq_queue_prefetch"]
+                )
+            )
+            sweep = [sys.executable, "-m", "photojobs", "sweep"]
+            ctx.note(command=f"{who} sweeper: " + command_line(sweep, env, keys))
         since = now_ms()
-        workers = [ctx.start_worker(env, cfg.threads) for _ in range(cfg.processes)]
+        workers = [ctx.start_worker(env, threads, queue) for _ in range(cfg.processes)]
         procs.extend(workers)
-        ctx.wait_workers_ready(workers, since, cfg.processes)
-        sweeper = ctx.start_sweeper(env)
+        sweeper = ctx.start_sweeper(env)  # boots alongside the workers; no job to dispatch yet
         procs.append(sweeper)
+        ctx.wait_workers_ready(workers, since, cfg.processes)
         settings = Settings.from_env(env)
         client = Client(settings, migrate=False)
+        spec = client.specs[lane]
         reader = Reader(url)
 
         def finish(job_id: int, n: int) -> None:
@@ -246,9 +284,8 @@ def run_photojobs(ctx: BenchContext, store: str) -> Measured:
 
             wait_for(done, _deadline(n, 10), interval=0.05, what=f"{n} items of job {job_id} ({store})")
 
-        warm = client.submit(["noop"], [ctx.folder("warm", cfg.warmup)], {"noop.sleep": "0"})
+        warm = client.submit([lane], [warm_folder], params)
         finish(warm.job_id, warm.items)
-        folder = ctx.folder("noop", cfg.items)
         groups = {
             "workers": [p.pid for p in workers],
             "sweeper": [sweeper.pid],
@@ -256,7 +293,7 @@ def run_photojobs(ctx: BenchContext, store: str) -> Measured:
         }
         backends = set(_pg_backends(reader))
         t_submit = time.time()
-        submitted = client.submit(["noop"], [folder], {"noop.sleep": "0"})
+        submitted = client.submit([lane], [folder], params)
         t_commit = time.time()
         backends.update(_pg_backends(reader))
         pids = {"postgres backends": backends} if store == "postgresql" else {}
@@ -277,10 +314,11 @@ def run_photojobs(ctx: BenchContext, store: str) -> Measured:
         ctx.dbs.drop(url)
     figures["submit_s"] = round(t_commit - t_submit, 3)
     figures["sweep_interval_s"] = settings.sweep_interval
-    figures["bound"] = cfg.bound or 2 * cfg.threads * cfg.processes
+    figures["bound"] = spec.effective_bound
+    figures["lock"] = spec.lock or "none"
     last = figures.pop("last_succeeded_at")
     return Measured(
-        case=f"photojobs {store}",
+        case=f"photojobs {store}{label}",
         count=submitted.items,
         seconds=last - t_commit,
         figures=figures,
@@ -294,6 +332,43 @@ def _cpu_text(cpu_ms: dict[str, float], count: int, seconds: float) -> str:
     cores = sum(ours.values()) * count / 1000 / seconds
     others = cpu_ms.get("other processes", 0.0) * count / 1000 / seconds
     return f"{text}; {cores:.2f} cores busy (other processes on the machine: {others:.2f} cores)"
+
+
+def cpu_row(bench: str, m: Measured, unit: str = "item") -> Row:
+    """``CPU per <unit>``: the run's processes (not other processes on the machine), with the split."""
+    others = m.cpu_ms.get("other processes", 0.0)
+    total = sum(m.cpu_ms.values()) - others
+    return Row(
+        bench,
+        m.case,
+        f"CPU per {unit}",
+        round(total, 2),
+        "ms",
+        note=_cpu_text(m.cpu_ms, m.count, m.seconds),
+        detail={
+            "cpu_ms_per_item": m.cpu_ms,
+            "cpu_cores_used_by_the_run": round(total * m.count / 1000 / m.seconds, 2),
+            "cpu_cores_used_by_other_processes": round(others * m.count / 1000 / m.seconds, 2),
+        },
+    )
+
+
+def summary_rows(bench: str, m: Measured, unit: str = "item") -> list[Row]:
+    """Two rows of a photojobs run: its throughput (the timeline in the note) and its CPU per item."""
+    f = m.figures
+    note = (
+        f"steady {f['steady_rate_p10_p90']}/s; commit -> first dispatch {f['commit_to_first_queued_s']} s, "
+        f"-> first success {f['commit_to_first_succeeded_s']} s; wait in Redis "
+        f"{f['wait_in_redis_ms_mean']} ms, claimed -> succeeded {f['claim_to_succeeded_ms_mean']} / "
+        f"p95 {f['claim_to_succeeded_ms_p95']} ms; bound {f['bound']}, lock {f['lock']}"
+    )
+    if f.get("deferred"):
+        note += f"; {f['deferred']} deferred (photo locked)"
+    detail = {"items": m.count, "seconds": round(m.seconds, 3), **f}
+    return [
+        Row(bench, m.case, "throughput", round(m.rate, 1), f"{unit}s/s", note=note, detail=detail),
+        cpu_row(bench, m, unit),
+    ]
 
 
 def _rows(m: Measured, unit: str) -> list[Row]:
@@ -339,23 +414,7 @@ def _rows(m: Measured, unit: str) -> list[Row]:
         ]
         if f["extra_claims"]:
             rows.append(Row(NAME, m.case, "claims beyond one per item", f["extra_claims"], ""))
-    others = m.cpu_ms.get("other processes", 0.0)
-    total = sum(m.cpu_ms.values()) - others
-    rows.append(
-        Row(
-            NAME,
-            m.case,
-            "CPU per item",
-            round(total, 2),
-            "ms",
-            note=_cpu_text(m.cpu_ms, m.count, m.seconds),
-            detail={
-                "cpu_ms_per_item": m.cpu_ms,
-                "cpu_cores_used_by_the_run": round(total * m.count / 1000 / m.seconds, 2),
-                "cpu_cores_used_by_other_processes": round(others * m.count / 1000 / m.seconds, 2),
-            },
-        )
-    )
+    rows.append(cpu_row(NAME, m))
     return rows
 
 
