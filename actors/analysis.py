@@ -18,7 +18,7 @@ def analysis(ctx: ItemContext) -> dict[str, Any]:
     ctx.check()
     facts = analyze(path, max_pixels=int(params(ctx).get("max_pixels", DEFAULT_MAX_PIXELS)))
     ctx.check()
-    if ctx.lease.photo_id is not None:
-        with ctx.fenced("photo hash") as s:
-            set_photo_hash(s, ctx.lease.photo_id, facts["sha256"], facts.get("file_size"))
+    photo_id = ctx.lease.photo_id
+    if photo_id is not None:  # recorded in the same commit as the item's success
+        ctx.at_finish.append(lambda s: set_photo_hash(s, photo_id, facts["sha256"], facts.get("file_size")))
     return facts

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from photojobs.cli_support import worker_env
+
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
 
@@ -431,7 +433,8 @@ class BenchContext:
         self, env: Mapping[str, str], threads: int, queue: str = "photojobs.noop"
     ) -> subprocess.Popen[bytes]:
         """One ``dramatiq actors --processes 1`` worker on ``queue`` (the noop lane's by default)."""
-        full = {**env, "dramatiq_queue_prefetch": str(threads)}
+        # The same worker settings `photojobs worker`/`run` use (prefetch, idle poll interval).
+        full = worker_env(threads, {k: v for k, v in env.items() if not k.startswith("dramatiq_")})
         return self.procs.spawn("worker", self.worker_command(threads, queue), full)
 
     def start_sweeper(self, env: Mapping[str, str]) -> subprocess.Popen[bytes]:

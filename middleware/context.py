@@ -40,6 +40,7 @@ class ItemContext:
     started: float = field(default_factory=time.monotonic)
     last_renewed: float = field(default_factory=time.monotonic)
     result: Any = None
+    at_finish: list[Any] = field(default_factory=list)  # callables(session) run in the final commit
     _stop_kind: str | None = None
     _stop_reason: str = ""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

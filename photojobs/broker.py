@@ -20,6 +20,7 @@ from photojobs.lanes import LaneSpec, all_lanes
 from store.dispatch import Publish
 
 NAMESPACE = "dramatiq"
+PREFETCHED_GRACE = 60.0
 log = logging.getLogger("photojobs.broker")
 
 
@@ -97,10 +98,15 @@ class RedisPublisher:
             self.broker.do_enqueue(spec.queue, p.message_id, message.encode())
 
     def holds(self, item: Publish) -> bool:
-        """True while the message still waits in its Redis queue (not lost, not fetched)."""
+        """True while Redis still has the item's message: waiting in its queue, or fetched by a
+        worker (prefetched, not yet acknowledged) for less than ``PREFETCHED_GRACE`` seconds. A
+        message a dead worker had prefetched is given up after that and published again."""
         spec = self.specs[item.lane]
         key = f"{NAMESPACE}:{spec.queue}"
-        return self.broker.client.lpos(key, item.message_id) is not None
+        if self.broker.client.lpos(key, item.message_id) is not None:
+            return True
+        fetched = bool(self.broker.client.hexists(f"{key}.msgs", item.message_id))
+        return fetched and item.age < PREFETCHED_GRACE
 
     def queue_length(self, lane: str) -> int:
         return int(self.broker.client.llen(f"{NAMESPACE}:{self.specs[lane].queue}"))

@@ -28,7 +28,8 @@ def worker_command(lanes: list[str], threads: int) -> list[str]:
 
 def worker_env(threads: int, base: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
-    env.setdefault("dramatiq_queue_prefetch", str(threads))  # no message waits behind a busy thread
+    # One message ready in memory per thread: a thread that frees up never waits for a Redis poll.
+    env.setdefault("dramatiq_queue_prefetch", str(2 * threads))
     env.setdefault("dramatiq_worker_timeout", "250")  # an idle worker looks at Redis 4x a second
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env

@@ -29,6 +29,7 @@ class Publish:
     item_id: int
     token: int
     lane: str
+    age: float = 0.0  # seconds since it was queued (for stale ones)
 
     @property
     def message_id(self) -> str:
@@ -119,12 +120,12 @@ def stale_queued(engine: Engine, older_than: float, limit: int = 1000) -> list[P
     """``queued`` items whose message was published more than ``older_than`` seconds ago."""
     with Session(reader(engine)) as s:
         rows = s.execute(
-            select(Item.id, Item.fencing_token, Item.lane)
+            select(Item.id, Item.fencing_token, Item.lane, (db_now() - Item.queued_at).label("age"))
             .where(Item.state == QUEUED, Item.queued_at < db_now() - older_than)
             .order_by(Item.queued_at)
             .limit(limit)
         ).all()
-    return [Publish(r.id, r.fencing_token, r.lane) for r in rows]
+    return [Publish(r.id, r.fencing_token, r.lane, float(r.age)) for r in rows]
 
 
 def mark_republished(engine: Engine, items: list[Publish], reason: str) -> list[Publish]:
