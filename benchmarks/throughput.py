@@ -83,7 +83,7 @@ def run_plain(ctx: BenchContext) -> Measured:
     env = {
         **ctx.photojobs_env("unused"),
         "PJBENCH_REDIS_URL": ctx.redis.url,
-        "dramatiq_queue_prefetch": str(2 * cfg.threads),  # Dramatiq's default, as photojobs workers use
+        "dramatiq_queue_prefetch": str(cfg.threads),  # as photojobs workers use
     }
     cmd = [
         sys.executable,

@@ -20,7 +20,7 @@ from photojobs.lanes import LaneSpec, all_lanes
 from store.dispatch import Publish
 
 NAMESPACE = "dramatiq"
-PREFETCHED_GRACE = 60.0
+PREFETCHED_GRACE = 10.0
 log = logging.getLogger("photojobs.broker")
 
 

@@ -28,8 +28,9 @@ def worker_command(lanes: list[str], threads: int) -> list[str]:
 
 def worker_env(threads: int, base: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
-    # One message ready in memory per thread: a thread that frees up never waits for a Redis poll.
-    env.setdefault("dramatiq_queue_prefetch", str(2 * threads))
+    # No message waits in a worker's memory behind a busy thread (where a dead worker would strand it
+    # until the sweeper's grace runs out); the price is a Redis poll between items (<= 250 ms idle).
+    env.setdefault("dramatiq_queue_prefetch", str(threads))
     env.setdefault("dramatiq_worker_timeout", "250")  # an idle worker looks at Redis 4x a second
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
