@@ -178,19 +178,15 @@ class LeaseMiddleware(Middleware):
     def finish(self, ctx: ItemContext, result: Any, exception: BaseException | None) -> None:
         lease, spec = ctx.lease, ctx.spec
         try:
-            if isinstance(exception, Stopped) or (exception is None and ctx.stop_kind == STOP_LOST):
-                kind = exception.kind if isinstance(exception, Stopped) else STOP_LOST
-                if kind == STOP_LOST:
+            if exception is None:
+                self._succeed(ctx, result)  # even after a lost lease: the fence decides
+                return
+            if isinstance(exception, Stopped):
+                if exception.kind == STOP_LOST:
                     log.warning("item %s token %s: lease lost; nothing written", lease.item_id, lease.token)
-                    if exception is None:
-                        # It finished anyway: try to commit; the fence decides.
-                        self._succeed(ctx, result)
                     return
                 with fenced(self.engine, lease.item_id, lease.token, worker=self.worker, what="stop") as s:
                     store_items.stop(s, lease, self.worker, str(exception))
-                return
-            if exception is None:
-                self._succeed(ctx, result)
                 return
             permanent = isinstance(exception, PhotoError)
             error = str(exception) if permanent else f"{type(exception).__name__}: {exception}"

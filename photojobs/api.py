@@ -30,6 +30,18 @@ __all__ = [
 PHOTO_SUFFIXES = {".jpg", ".jpeg", ".png", ".tif", ".tiff", ".heic", ".heif", ".webp"}
 
 
+def photo_roots(paths: Iterable[str | Path]) -> list[Path]:
+    """The roots the given paths stand for: a folder itself, a file's folder (sorted, unique)."""
+    roots = set()
+    for raw in paths:
+        p = Path(raw).expanduser()
+        if not p.exists():
+            raise SubmissionError(f"{raw}: no such file or folder")
+        p = p.resolve()
+        roots.add(p if p.is_dir() else p.parent)
+    return sorted(roots)
+
+
 def collect_photos(paths: Iterable[str | Path], *, any_file: bool = False) -> tuple[list[Path], list[Path]]:
     """Expand files and folders (recursively) into absolute photo paths, sorted; also return the roots.
 
@@ -37,15 +49,12 @@ def collect_photos(paths: Iterable[str | Path], *, any_file: bool = False) -> tu
     explicitly is always taken. A path that does not exist raises ``SubmissionError``. Hidden files
     and photojobs' own temp files are left out.
     """
+    paths = list(paths)
+    roots = photo_roots(paths)
     photos: list[Path] = []
-    roots: list[Path] = []
     for raw in paths:
-        p = Path(raw).expanduser()
-        if not p.exists():
-            raise SubmissionError(f"{raw}: no such file or folder")
-        p = p.resolve()
+        p = Path(raw).expanduser().resolve()
         if p.is_dir():
-            roots.append(p)
             for dirpath, dirnames, filenames in os.walk(p):
                 dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
                 for name in sorted(filenames):
@@ -55,10 +64,8 @@ def collect_photos(paths: Iterable[str | Path], *, any_file: bool = False) -> tu
                     if any_file or f.suffix.lower() in PHOTO_SUFFIXES:
                         photos.append(f)
         else:
-            roots.append(p.parent)
             photos.append(p)
-    unique = sorted(set(photos))
-    return unique, sorted(set(roots))
+    return sorted(set(photos)), roots
 
 
 @dataclass(frozen=True)

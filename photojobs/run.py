@@ -21,7 +21,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from photojobs.api import Client, Plan, collect_photos
+from photojobs.api import Client, Plan, photo_roots
 from photojobs.cli_support import worker_command, worker_env
 from photojobs.config import Settings
 from photojobs.embedded_redis import EmbeddedRedis
@@ -59,7 +59,7 @@ def state_dir_for(paths: list[str], state: Path | None) -> Path:
     """``--state``, else ``.photojobs/`` next to the first photo root."""
     if state is not None:
         return state.expanduser().resolve()
-    _, roots = collect_photos(paths)
+    roots = photo_roots(paths)  # the roots only: the photos are walked once, by the plan
     base = roots[0] if roots else Path.cwd()
     return base.parent / ".photojobs"
 

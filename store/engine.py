@@ -7,7 +7,6 @@ from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import QueuePool
 
 DEFAULT_SQLITE_NAME = "photojobs.db"
@@ -85,11 +84,3 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
 def reader(engine: Engine) -> Engine:
     """The same engine for read-only transactions (SQLite: plain ``BEGIN``, no write lock)."""
     return engine.execution_options(**{READ_ONLY: True})
-
-
-def is_postgres(engine: Engine) -> bool:
-    return engine.dialect.name == "postgresql"
-
-
-def session_factory(engine: Engine) -> sessionmaker[Session]:
-    return sessionmaker(engine, expire_on_commit=False)

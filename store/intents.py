@@ -50,13 +50,6 @@ class TargetTaken(Exception):  # noqa: N818
     """Another live intent already claims this target path."""
 
 
-def target_reserved(s: Session, target: str, *, except_item: int | None = None) -> bool:
-    q = select(Intent.id).where(Intent.target == target, Intent.state == RECORDED)
-    if except_item is not None:
-        q = q.where(Intent.item_id != except_item)
-    return s.execute(q.limit(1)).first() is not None
-
-
 def record(
     s: Session,
     lease: Lease,
@@ -68,9 +61,8 @@ def record(
     sha256: str | None,
     worker: str | None,
 ) -> int:
-    """Record an intent in the caller's fenced session; ``TargetTaken`` if another item holds it."""
-    if target_reserved(s, target, except_item=lease.item_id):
-        raise TargetTaken(target)
+    """Record an intent in the caller's fenced session; ``TargetTaken`` if another live intent
+    already names the target (the unique index on live targets decides)."""
     try:
         with s.begin_nested():
             intent_id = s.execute(
@@ -181,12 +173,6 @@ def photo_facts(engine: Engine, job_id: int, photo_id: int | None) -> dict[str, 
         if job == job_id and result:
             return dict(result)
     return dict(rows[0].result) if rows and rows[0].result else None
-
-
-def photo_row(engine: Engine, photo_id: int) -> dict[str, Any] | None:
-    with Session(reader(engine)) as s:
-        p = s.get(Photo, photo_id)
-        return None if p is None else {"id": p.id, "path": p.path, "size": p.size, "sha256": p.sha256}
 
 
 def set_photo_hash(s: Session, photo_id: int, sha256: str, size: int | None) -> None:

