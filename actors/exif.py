@@ -38,7 +38,9 @@ def exif(ctx: ItemContext) -> dict[str, Any]:
         staged.unlink(missing_ok=True)
         raise
     after = fileops.sha256_file(staged)
-    intent = effects.record(kind="replace", staged=staged, target=path, source=path, sha256=after)
+    intent = effects.record(
+        kind="replace", staged=staged, target=path, source=path, sha256=after, base_sha256=before
+    )
     applied = effects.apply_and_mark(
         intent, kind="replace", staged=staged, target=path, source=path, sha256=after
     )

@@ -2,6 +2,13 @@
 
 Every state change is a compare-and-set on (item id, fencing token, state) and writes its event
 in the same transaction. Times come from the database clock (``db_now``).
+
+Lock order, on every path (PostgreSQL row locks; SQLite serializes whole transactions):
+**job -> item -> photo -> intent** (then photo-lock rows). A path that needs the job's control
+request reads it (``lock_job``, a share lock) *before* it touches any item; ``cancel``/``pause``/
+``resume`` lock the job for update and then its items; items are locked in ascending id order,
+photos in ascending id order. Photo locks of an item with an unsettled intent outlive its lease:
+they pass to the intent (``photo_locks.intent_id``) and are released when it is settled.
 """
 
 from __future__ import annotations
@@ -31,12 +38,15 @@ from .models import (
     SUCCEEDED,
     TERMINAL,
     WAITING,
+    Intent,
     Item,
     ItemPhoto,
     Job,
     Photo,
     PhotoLock,
 )
+
+RECORDED_INTENT = "recorded"  # store.intents.RECORDED (that module imports this one)
 
 
 @dataclass(frozen=True)
@@ -159,6 +169,9 @@ def claim(engine: Engine, spec: LaneSpec, item_id: int, token: int, worker: str)
             )
         )
         if spec.lock != NO_LOCK and photo_ids:
+            # Locks this item's own unsettled intents kept: the new attempt holds them again (and
+            # recovers those intents first).
+            s.execute(delete(PhotoLock).where(PhotoLock.item_id == item_id))
             s.execute(
                 insert(PhotoLock),
                 [
@@ -235,8 +248,39 @@ def save_checkpoint(s: Session, lease: Lease, data: dict[str, Any]) -> None:
     )
 
 
+def lock_job(s: Session, job_id: int) -> str | None:
+    """Share-lock the job row and return its control request. Called before any item is touched
+    (the global lock order job -> item -> photo -> intent), so a concurrent cancel/pause (which
+    locks the job for update, then its items) either sees this transaction's result or waits."""
+    return s.execute(select(Job.control).where(Job.id == job_id).with_for_update(read=True)).scalar_one()
+
+
+def lock_for_finish(s: Session, lease: Lease) -> str | None:
+    """The first statements of a finishing transaction: the job (share), then the item (update)."""
+    control = lock_job(s, lease.job_id)
+    s.execute(select(Item.id).where(Item.id == lease.item_id).with_for_update()).all()
+    return control
+
+
+def release_locks(s: Session, item_id: int) -> int | None:
+    """An item's lease ended: drop its photo locks, unless it has an unsettled intent; then the
+    intent holds them (returned) until it is settled (``store.intents``)."""
+    live = s.execute(
+        select(Intent.id)
+        .where(Intent.item_id == item_id, Intent.state == RECORDED_INTENT)
+        .order_by(Intent.id)
+        .limit(1)
+    ).scalar_one_or_none()
+    if live is None:
+        s.execute(delete(PhotoLock).where(PhotoLock.item_id == item_id))
+    else:
+        s.execute(update(PhotoLock).where(PhotoLock.item_id == item_id).values(intent_id=live))
+    return live
+
+
 def _end_lease(s: Session, lease: Lease, **values: Any) -> None:
-    """CAS the running item to its next state and drop its photo locks (the fence guards the commit)."""
+    """CAS the running item to its next state and release its photo locks (the fence guards the
+    commit). The caller has locked the job first (``lock_for_finish``)."""
     s.info["ended_lease"] = True
     s.execute(
         update(Item)
@@ -244,7 +288,7 @@ def _end_lease(s: Session, lease: Lease, **values: Any) -> None:
         .values(lease_owner=None, lease_expires_at=None, updated_at=db_now(), **values)
     )
     if lease.holds_locks:
-        s.execute(delete(PhotoLock).where(PhotoLock.item_id == lease.item_id))
+        release_locks(s, lease.item_id)
 
 
 def _event(
@@ -266,6 +310,7 @@ def _event(
 
 def succeed(s: Session, lease: Lease, result: dict[str, Any] | None, worker: str | None) -> None:
     """Finish a running item as ``succeeded`` and make the photo's next lane ready (fenced session)."""
+    lock_for_finish(s, lease)
     _end_lease(s, lease, state=SUCCEEDED, result=result, error=None)
     _event(s, "item_succeeded", lease, worker, {"result": result} if result else None)
     advance_pipeline(s, lease.job_id, lease.position, lease.photo_ids, len(lease.job_lanes))
@@ -278,6 +323,7 @@ def fail(
 
     Returns the new state.
     """
+    lock_for_finish(s, lease)
     if retry and lease.attempt < spec.max_attempts:
         delay = spec.retry_delay(lease.attempt)
         state = ready_state(s, lease.job_id)
@@ -295,6 +341,7 @@ def stop(s: Session, lease: Lease, worker: str | None, reason: str) -> str:
     transaction, under a share lock): ``cancelled``, ``paused``, or back to ``pending`` (a resume
     came first, or the worker is shutting down). A stop that was not a failure does not use up an
     attempt."""
+    lock_for_finish(s, lease)
     state = ready_state(s, lease.job_id)
     if state == CANCELLED:
         _end_lease(s, lease, state=CANCELLED)
@@ -315,7 +362,11 @@ def ready_state(s: Session, job_id: int) -> str:
     """The state an item becomes when it is ready to run: ``pending``, or ``paused``/``cancelled``
     when its job asks so. Reads the job under a share lock so a concurrent cancel/pause (which
     locks the job row for update) sees this transaction's result and sweeps it up."""
-    control = s.execute(select(Job.control).where(Job.id == job_id).with_for_update(read=True)).scalar_one()
+    return state_for(lock_job(s, job_id))
+
+
+def state_for(control: str | None) -> str:
+    """The ready state for a job control request."""
     return {CANCEL: CANCELLED, PAUSE: PAUSED}.get(control or "", PENDING)
 
 
@@ -335,13 +386,18 @@ def _successors(s: Session, job_id: int, position: int, photo_ids: Iterable[int]
 def release_bundle(s: Session, job_id: int, position: int) -> None:
     """A bundle item (several photos, at ``position``) becomes ready once every item of the lane
     before it has ended. Its row is locked first, so of two items finishing at once the second
-    sees the first's commit and exactly one of them releases the bundle."""
-    bundle = s.execute(
-        select(Item)
-        .where(
+    sees the first's commit and exactly one of them releases the bundle. The job is share-locked
+    before the bundle's row (lock order job -> item)."""
+    bundle_id = s.execute(
+        select(Item.id).where(
             Item.job_id == job_id, Item.position == position, Item.photo_id.is_(None), Item.state == WAITING
         )
-        .with_for_update()
+    ).scalar_one_or_none()
+    if bundle_id is None:
+        return
+    lock_job(s, job_id)
+    bundle = s.execute(
+        select(Item).where(Item.id == bundle_id, Item.state == WAITING).with_for_update()
     ).scalar_one_or_none()
     if bundle is None:
         return
@@ -392,11 +448,11 @@ def advance_pipeline(
     """The photo's item of the next lane becomes ready (pending, or paused/cancelled per the job)."""
     if lanes and position >= lanes - 1:
         return  # the last lane: nothing follows
+    state = ready_state(s, job_id)  # the job before any successor row (lock order)
     release_bundle(s, job_id, position + 1)
     nxt = [i for i in _successors(s, job_id, position, photo_ids) if i.position == position + 1]
     if not nxt:
         return
-    state = ready_state(s, job_id)
     changed = set(
         s.execute(
             update(Item)
@@ -426,6 +482,7 @@ def advance_pipeline(
 def skip_successors(s: Session, job_id: int, position: int, photo_ids: Iterable[int], reason: str) -> None:
     """Every later lane's item of the photo becomes ``skipped`` with the reason (a bundle goes on
     without the photo)."""
+    lock_job(s, job_id)  # the job before any successor row (lock order)
     release_bundle(s, job_id, position + 1)
     later = _successors(s, job_id, position, photo_ids)
     if not later:

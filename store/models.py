@@ -107,7 +107,9 @@ class ItemPhoto(Base):
 
 
 class PhotoLock(Base):
-    """A held photo lock; part of its item's lease (released by its commit, freed on revoke)."""
+    """A held photo lock: part of its item's lease (released by its final commit, freed on revoke),
+    except while the item has an unsettled intent: then the intent holds it (``intent_id``) until
+    the intent is applied-and-marked or discarded (DESIGN.md rule 6)."""
 
     __tablename__ = "photo_locks"
 
@@ -115,12 +117,17 @@ class PhotoLock(Base):
     item_id: Mapped[int] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"), primary_key=True)
     mode: Mapped[str] = mapped_column(String(1))
     token: Mapped[int] = mapped_column(Integer)
+    intent_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     __table_args__ = (Index("ix_photo_locks_item", "item_id"),)
 
 
 class Intent(Base):
-    """A recorded file effect: staged file -> target, applied at most once."""
+    """A recorded file effect: staged file -> target, applied at most once.
+
+    ``base_sha256`` is the content the target had when the effect was planned (None: a new name,
+    or recorded before revision 0002), ``result_sha256`` the content the effect produces.
+    """
 
     __tablename__ = "intents"
 
@@ -132,12 +139,14 @@ class Intent(Base):
     staged: Mapped[str] = mapped_column(Text)
     target: Mapped[str] = mapped_column(Text)
     source: Mapped[str | None] = mapped_column(Text, nullable=True)
-    sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    base_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    result_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     state: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[float] = mapped_column(Float)
 
     __table_args__ = (
         Index("ix_intents_target", "target"),
+        Index("ix_intents_live", "state", "item_id"),
         # At most one live (recorded) intent per target path: two items can never both plan to
         # publish to the same name.
         Index(
