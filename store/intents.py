@@ -273,8 +273,8 @@ def settle_orphans(engine: Engine, limit: int = 100) -> int:
             s.execute(
                 select(Item.id)
                 .where(
+                    Item.id.in_(select(Intent.item_id).where(Intent.state == RECORDED)),
                     Item.state.in_(STOPPED),
-                    exists().where(Intent.item_id == Item.id, Intent.state == RECORDED),
                 )
                 .order_by(Item.id)
                 .limit(limit)
@@ -300,7 +300,7 @@ def settle_orphans(engine: Engine, limit: int = 100) -> int:
         # Locks no lease and no live intent owns (e.g. left by an older version): release them.
         s.execute(
             delete(PhotoLock).where(
-                PhotoLock.item_id.in_(select(Item.id).where(Item.state != RUNNING)),
+                ~exists().where(Item.id == PhotoLock.item_id, Item.state == RUNNING),
                 ~exists().where(Intent.item_id == PhotoLock.item_id, Intent.state == RECORDED),
             )
         )

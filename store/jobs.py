@@ -324,6 +324,9 @@ def _set_items(
 
 
 def _control(engine: Engine, job_id: int) -> tuple[Session, Job]:
+    """Open a control transaction: the job row is locked for update first, then (by the caller) its
+    items — the global lock order job -> item -> photo -> intent (see ``store.items``). Intents of
+    items this stops are settled by the sweeper (``store.intents.settle_orphans``)."""
     s = Session(engine)
     s.begin()
     job = s.execute(select(Job).where(Job.id == job_id).with_for_update()).scalar_one_or_none()
