@@ -256,9 +256,14 @@ def lock_job(s: Session, job_id: int) -> str | None:
 
 
 def lock_for_finish(s: Session, lease: Lease) -> str | None:
-    """The first statements of a finishing transaction: the job (share), then the item (update)."""
+    """The first statements of a finishing transaction: the job (share), then the item (update).
+    Taken once per transaction."""
+    key = ("finish_locked", lease.item_id)
+    if key in s.info:
+        return s.info[key]  # type: ignore[no-any-return]
     control = lock_job(s, lease.job_id)
     s.execute(select(Item.id).where(Item.id == lease.item_id).with_for_update()).all()
+    s.info[key] = control
     return control
 
 
