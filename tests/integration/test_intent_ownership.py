@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
@@ -14,7 +16,7 @@ from store import intents as store_intents
 from store import items as store_items
 from store import jobs as store_jobs
 from store.fencing import fenced
-from store.models import Intent, Item, PhotoLock
+from store.models import Intent, Item, Photo, PhotoLock
 from store.sweeper import revoke_expired
 from tests.support import wait_for
 
@@ -79,21 +81,34 @@ def test_revoked_lease_passes_the_photo_lock_to_the_intent(engine: Engine, tmp_p
     assert _locks(engine) == [(lease.item_id, None)]
 
 
-def test_stopped_items_intents_are_settled_by_the_sweeper(engine: Engine, tmp_path: Path) -> None:
-    # Given an attempt that recorded an intent, lost its lease, and whose job was then cancelled
+@pytest.mark.parametrize("stop", ["cancel", "pause", "quarantine"])
+@pytest.mark.parametrize("applied", [False, True], ids=["not-applied", "applied"])
+def test_stopped_items_intents_are_settled_by_the_sweeper(
+    engine: Engine, tmp_path: Path, stop: str, applied: bool
+) -> None:
+    # Given an attempt that recorded an intent (and maybe applied it) and then lost its lease, and
+    # whose item then stopped: its job cancelled or paused, or its attempts used up (quarantined)
     photo = tmp_path / "a.jpg"
     photo.write_bytes(b"BASE")
     lease, staged, intent = _record_edit(engine, photo)
-    wait_for(lambda: revoke_expired(engine, {"exif": EXIF})[0], 10, what="the revocation")
-    store_jobs.cancel(engine, lease.job_id)
-    assert _item(engine, lease.job_id).state == "cancelled"
+    if applied:
+        os.replace(staged, photo)
+    if stop != "quarantine":
+        getattr(store_jobs, stop)(engine, lease.job_id)
+    spec = replace(EXIF, max_attempts=1) if stop == "quarantine" else EXIF
+    wait_for(lambda: revoke_expired(engine, {"exif": spec})[0], 10, what="the revocation")
+    expected = {"cancel": "cancelled", "pause": "paused", "quarantine": "failed"}[stop]
+    assert _item(engine, lease.job_id).state == expected
     assert _locks(engine) == [(lease.item_id, intent)]
     # When the sweeper settles orphaned intents
     assert store_intents.settle_orphans(engine) == 1
-    # Then the intent is discarded (its edit never landed), the staged file is gone, the lock free
+    # Then the intent is settled as the disk says (never applied by the sweeper), nothing staged is
+    # left, the lock is free and the store knows the photo's content
     with Session(engine) as s:
-        assert s.get(Intent, intent).state == "discarded"  # type: ignore[union-attr]
-    assert not staged.exists() and photo.read_bytes() == b"BASE"
+        assert s.get(Intent, intent).state == ("applied" if applied else "discarded")  # type: ignore[union-attr]
+        stored = s.get(Photo, lease.photo_id).sha256  # type: ignore[union-attr]
+    assert not staged.exists() and photo.read_bytes() == (b"EDITED" if applied else b"BASE")
+    assert stored == (fileops.sha256_file(photo) if applied else None)
     assert _locks(engine) == []
     assert [p.name for p in tmp_path.iterdir() if fileops.is_staged_name(p.name)] == []
 
