@@ -4,7 +4,9 @@ A job is pruned when every item has ended (succeeded, failed, cancelled, skipped
 changed before the cutoff: its items, their photo links, intents and locks, and its events go.
 Events older than the cutoff go too, whatever their job. The newest numbered event always stays:
 the next cursors continue from it, so a reader's cursor never goes back and never repeats.
-Unnumbered events (not yet given a cursor) are never pruned. Work is done in batches so no
+Unnumbered events (not yet given a cursor) are never pruned. The newest job also always stays:
+SQLite hands out ``max(id) + 1``, so deleting the newest job (and its items) would give the next job
+the id of the pruned one. Work is done in batches so no
 transaction holds the SQLite write lock for long.
 """
 
@@ -45,6 +47,7 @@ def _finished_before(s: Session, cutoff: float, limit: int) -> list[int]:
         .outerjoin(last_change, last_change.c.job_id == Job.id)
         .where(
             Job.id.not_in(unfinished),
+            Job.id < select(func.max(Job.id)).scalar_subquery(),
             func.coalesce(last_change.c.last, Job.created_at) < cutoff,
         )
         .order_by(Job.id)
