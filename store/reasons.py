@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable
 
 # A path: optional drive / ~ / . / .. prefix, then at least one slash-separated part.
-_PATH = re.compile(r"(?:(?<=\s)|(?<=^)|(?<=[('\"=\[]))(?:[A-Za-z]:)?(?:~|\.{1,2})?/[^\s'\",;)\]]*")
+_PATH = re.compile(r"(?:(?<=\s)|(?<=^)|(?<=[('\"=\[]))(?:[A-Za-z]:)?(?:~|\.{1,2})?/[^\s'\",;:)\]]*")
 _QUOTED_PATH = re.compile(r"'[^']*/[^']*'|\"[^\"]*/[^\"]*\"")
 _HEX = re.compile(r"\b(?:0x)?[0-9a-fA-F]{8,}\b")
 _NUMBER = re.compile(r"(?<![A-Za-z_])[-+]?\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?")
