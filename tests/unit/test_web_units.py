@@ -44,6 +44,11 @@ def test_reason_classes_keep_different_failures_apart_and_normalise_ids() -> Non
     assert c == "upload of <path> failed: HTTP <n> after <n> tries"
     assert d == "lease lost: token <n> != <n> (worker host:<n>:a1b2c3)"
     assert reason_class(None) == reason_class("  ") == "unknown error"
+    e1 = reason_class(
+        "/a/x.jpg: not an image file Pillow can read (starts with b'this is not')", ["/a/x.jpg"]
+    )
+    e2 = reason_class("/b/y.jpg: not an image file Pillow can read (starts with b'\\x00\\x01')", ["/b/y.jpg"])
+    assert e1 == e2 == "<path>: not an image file Pillow can read (starts with <bytes>)"
 
 
 def test_bearer_tokens_are_parsed_and_compared_exactly() -> None:

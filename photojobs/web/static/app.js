@@ -77,9 +77,10 @@
     const out = $("#submit-result");
     try {
       const r = await api("POST", "api/jobs", body);
+      await refreshJob(r.job);
       out.textContent = `job ${r.job} submitted: ${r.items} item(s)`;
       out.className = "note";
-      await refreshJob(r.job);
+      out.dataset.job = String(r.job);
     } catch (e) { out.textContent = e.message; out.className = "error"; }
   });
 
