@@ -317,3 +317,29 @@ def test_prune_through_the_api_and_cli_parity(
     later = _events(http, again)
     assert later[0]["cursor"] == before[-1]["cursor"] + 1
     assert http.post("/api/prune", json={"older_than": "soon"}).status_code == 400
+
+
+def test_walking_a_large_folder_does_not_block_the_server(server: WebServer, photos: Path) -> None:
+    # Given a folder of 20,000 files
+    for i in range(20):
+        make_files(photos / "big" / f"d{i:02d}", 1000, prefix=f"d{i:02d}_")
+    import threading
+
+    http = server.client()
+    result: dict[str, Any] = {}
+
+    def submit() -> None:
+        result["response"] = server.client().post("/api/jobs", json={"lanes": ["noop"], "paths": ["big"]})
+
+    # When it is submitted, and the server is asked for its health while the submission runs
+    worker = threading.Thread(target=submit)
+    worker.start()
+    answered_meanwhile = 0
+    while worker.is_alive():
+        if http.get("/healthz").status_code == 200 and worker.is_alive():
+            answered_meanwhile += 1
+    worker.join()
+    # Then other requests were answered during the walk and the job has every file
+    assert result["response"].status_code == 201, result["response"].text
+    assert result["response"].json()["items"] == 20_000
+    assert answered_meanwhile > 0
