@@ -133,7 +133,7 @@ def test_dashboard_login_submit_progress_pause_resume_retry(
     # When a slow job is submitted, paused from its card and resumed
     page.fill("#lanes", "noop")
     page.fill("#paths", "slow")
-    page.fill("#params", "noop.sleep=1")
+    page.fill("#params", "noop.sleep=2")
     page.click("#submit-form button[type=submit]")
     expect(page.locator("#submit-result")).to_contain_text("submitted: 6 item(s)")
     slow_id = page.locator("#submit-result").get_attribute("data-job")

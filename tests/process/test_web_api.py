@@ -164,7 +164,7 @@ def test_control_and_workers_while_a_job_runs(server: WebServer, fleet: Fleet, p
     make_files(photos, 6)
     http = server.client()
     job = http.post(
-        "/api/jobs", json={"lanes": "noop", "paths": [str(photos)], "params": {"noop.sleep": 1}}
+        "/api/jobs", json={"lanes": "noop", "paths": [str(photos)], "params": {"noop.sleep": 2}}
     ).json()["job"]
     # When it runs, the workers view shows the worker with its lane, items and a fresh heartbeat
     workers = wait_for(lambda: http.get("/api/workers").json()["workers"], 60, what="a live worker")
