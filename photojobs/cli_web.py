@@ -105,6 +105,10 @@ def jobs(job_state: str | None, limit: int, after: int | None, as_json: bool) ->
     if store_folder(job_state):
         use_state_dir(Path(job_state or ""))
         job_state = None
+    from store.listing import JOB_STATES
+
+    if job_state and job_state not in JOB_STATES:
+        _fail(f"unknown job state {job_state!r}; states: {', '.join(JOB_STATES)}", EX_USAGE)
     found, nxt = _client().list_jobs(state=job_state, limit=limit, after=after)
     if as_json:
         click.echo(json.dumps({"jobs": [_status_json(j) for j in found], "next": nxt}))

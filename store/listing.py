@@ -19,6 +19,8 @@ from .models import FAILED, RUNNING, SKIPPED, TERMINAL, Event, Item, Job, Photo
 from .reasons import reason_class
 
 MAX_PAGE = 1000
+# The states ``derive_job_state`` gives a job.
+JOB_STATES = ("running", "pausing", "paused", "cancelling", "cancelled", "succeeded", "failed", "partial")
 
 
 def _statuses(s: Session, jobs: Sequence[Job]) -> list[JobStatus]:

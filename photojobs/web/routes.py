@@ -13,6 +13,7 @@ from photojobs.roots import OutsideRoots
 from store.errors import BacklogFull
 from store.events import read_events
 from store.jobs import JobStatus
+from store.listing import JOB_STATES
 from store.models import ALL_STATES
 
 from . import sse
@@ -155,6 +156,10 @@ def list_jobs(
     after: int | None = Query(None, description="the previous page's next"),
 ) -> dict[str, Any]:
     """Jobs newest first: ``{"jobs": [STATUS, …], "next": CURSOR | null}``."""
+    if state is not None and state not in JOB_STATES:
+        raise ApiError(
+            400, "invalid_request", f"unknown job state {state!r}; states: {', '.join(JOB_STATES)}"
+        )
     jobs, nxt = _cfg(request).client.list_jobs(state=state, limit=limit, after=after)
     return {"jobs": [status_dict(j) for j in jobs], "next": nxt}
 

@@ -136,6 +136,12 @@ def test_every_status_code_of_the_api(server: WebServer, fleet: Fleet, photos: P
     assert httpx.get(f"{server.url}/healthz").status_code == 200
     assert httpx.get(f"{server.url}/openapi.json").json()["paths"]["/api/jobs"]["post"]
     assert http.get("/no/such/page").json()["error"] == "not_found"
+    assert http.get("/api/jobs", params={"state": "done"}).status_code == 400
+    assert http.get("/api/jobs", params={"limit": 0}).status_code == 400
+    assert http.get("/api/jobs", params={"state": "partial"}).json()["jobs"][0]["job"] == job["job"]
+    assert http.get("/api/jobs", params={"state": "running"}).json() == {"jobs": [], "next": None}
+    assert http.get(f"/api/jobs/{job['job']}/items", params={"state": "done"}).status_code == 400
+    assert http.delete("/api/jobs").json()["error"] == "method_not_allowed"
     # And nothing was submitted by the refused requests
     assert [j["job"] for j in http.get("/api/jobs").json()["jobs"]] == [job["job"]]
     # And the metrics count the items by lane and state
