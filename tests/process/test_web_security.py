@@ -64,6 +64,10 @@ def test_missing_or_wrong_token_is_refused(server: WebServer) -> None:
     assert attempts[0].headers["WWW-Authenticate"] == "Bearer"
     assert "set-cookie" not in attempts[7].headers
     assert jobs_in_store(server) == []
+    # And the dashboard page itself is public but may not be framed or load foreign scripts
+    page = httpx.get(f"{server.url}/")
+    assert page.status_code == 200 and page.headers["X-Frame-Options"] == "DENY"
+    assert "default-src 'self'" in page.headers["Content-Security-Policy"]
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
