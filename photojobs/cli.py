@@ -276,6 +276,11 @@ def run(
     sys.exit(code)
 
 
+from photojobs.cli_web import register as _register_web  # noqa: E402 - after the commands above
+
+_register_web(cli)
+
+
 def main() -> None:
     try:
         cli()

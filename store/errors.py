@@ -23,8 +23,12 @@ class StaleLease(StoreError):
         )
 
 
-class BacklogFull(StoreError):
-    """Submission refused: a lane's backlog would exceed its bound."""
+class SubmissionError(StoreError, ValueError):
+    """Submission refused for bad input (no photos, a path outside the roots, an unknown lane)."""
+
+
+class BacklogFull(SubmissionError):
+    """Submission refused: a lane's backlog would exceed its bound (retry later: HTTP 429)."""
 
     def __init__(self, lane: str, backlog: int, adding: int, bound: int) -> None:
         self.lane = lane
@@ -43,5 +47,5 @@ class UnknownJob(StoreError):
         super().__init__(f"no job with id {job_id}")
 
 
-class SubmissionError(StoreError, ValueError):
-    """Submission refused for bad input (no photos, a path outside the roots, an unknown lane)."""
+class NotApplicable(StoreError):
+    """A control action that does not apply to the job as it is (resume a cancelled job: HTTP 409)."""
