@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from photos.exif import (
     read_metadata_exiftool,
     write_metadata,
 )
-from photos.exiftool import ExifTool
+from photos.exiftool import ExifTool, ExifToolDied
 from photos.fileops import staged_path
 
 pillow_heif.register_heif_opener()
@@ -463,3 +464,34 @@ def test_exiftool_refuses_arguments_with_newlines() -> None:
     # Given an argument with a newline (it would split in the argument file) / Then refused
     with pytest.raises(PhotoError, match="newline"):
         ExifTool.shared().execute("-Comment=a\nb", "/nonexistent")
+
+
+def test_exiftool_missing_names_the_fix() -> None:
+    # Given an exiftool executable that is not installed / When a command runs
+    # Then the error says how to install it
+    with pytest.raises(PhotoError, match="not installed.*apt-get install libimage-exiftool-perl"):
+        ExifTool("no-such-exiftool-here").execute("-ver")
+
+
+def _dies_once(tmp_path: Path) -> Path:
+    """An exiftool stand-in that dies in the middle of its first command, then is the real one."""
+    script = tmp_path / "flaky-exiftool"
+    mark = tmp_path / "died-once"
+    real = shutil.which("exiftool")
+    script.write_text(
+        f'#!/bin/sh\nif [ ! -e "{mark}" ]; then touch "{mark}"; read line; exit 3; fi\nexec "{real}" "$@"\n'
+    )
+    script.chmod(0o755)
+    return script
+
+
+def test_exiftool_dying_mid_command_is_restarted_once_for_an_idempotent_command(tmp_path: Path) -> None:
+    # Given an exiftool process that dies while running its first command
+    with ExifTool(str(_dies_once(tmp_path))) as tool:
+        # When an idempotent command runs / Then a fresh process answers it
+        assert tool.execute("-ver", retry_if_died=True).strip()
+    # and without the retry the death is a clear error
+    (tmp_path / "again").mkdir()
+    with ExifTool(str(_dies_once(tmp_path / "again"))) as tool:
+        with pytest.raises(ExifToolDied, match="exiftool died while running a command"):
+            tool.execute("-ver")
