@@ -495,3 +495,74 @@ def test_exiftool_dying_mid_command_is_restarted_once_for_an_idempotent_command(
     with ExifTool(str(_dies_once(tmp_path / "again"))) as tool:
         with pytest.raises(ExifToolDied, match="exiftool died while running a command"):
             tool.execute("-ver")
+
+
+# -- IPTC and XMP details ------------------------------------------------------------------------
+def _prepared_jpeg(tmp_path: Path, *assignments: str) -> Path:
+    """A small JPEG with tags set up by exiftool itself (``-TAG=VALUE`` assignments)."""
+    plain = tmp_path / "plain.jpg"
+    samples._pattern((48, 32)).save(plain, "JPEG")
+    src = tmp_path / "prepared photo.jpg"
+    ExifTool.shared().execute("-m", *assignments, "-o", str(src), str(plain))
+    return src
+
+
+def _tags(path: Path, *tags: str) -> dict:
+    out = ExifTool.shared().execute("-j", "-G1", "-a", *tags, str(path))
+    return json.loads(out, parse_int=str, parse_float=str)[0]
+
+
+def test_an_older_latin1_iptc_block_is_converted_to_utf8_keeping_its_text(tmp_path: Path) -> None:
+    # Given a JPEG whose IPTC block has no character set (Latin-1 text, as older tools wrote it)
+    src = _prepared_jpeg(
+        tmp_path, "-charset", "iptc=Latin", "-IPTC:Caption-Abstract=Café", "-IPTC:Keywords=Crème"
+    )
+    assert "IPTC:CodedCharacterSet" not in _tags(src, "-IPTC:all")
+    dst = staged_path(src, "t1")
+    # When keywords with non-ASCII letters are written
+    write_metadata(src, dst, ExifEdit(keywords=["Été", "東京"]))
+    # Then the block is UTF-8, the new keywords replace the old ones and the caption keeps its text
+    iptc = _tags(dst, "-IPTC:all")
+    assert iptc["IPTC:CodedCharacterSet"] == "UTF8"
+    assert iptc["IPTC:Keywords"] == ["Été", "東京"]
+    assert iptc["IPTC:Caption-Abstract"] == "Café"
+
+
+def test_shift_moves_exif_xmp_and_iptc_dates_once_and_leaves_unknown_dates(tmp_path: Path) -> None:
+    # Given a JPEG with EXIF, XMP and IPTC capture times (IPTC late in the evening) and an unknown
+    # (all-zero) ModifyDate
+    src = _prepared_jpeg(
+        tmp_path,
+        "-EXIF:DateTimeOriginal=2020:05:17 23:30:00",
+        "-EXIF:ModifyDate#=0000:00:00 00:00:00",
+        "-XMP-exif:DateTimeOriginal=2020:05:17 23:30:00+02:00",
+        "-XMP-photoshop:DateCreated=2020:05:17 23:30:00+02:00",
+        "-IPTC:DateCreated=2020:05:17",
+        "-IPTC:TimeCreated=23:30:00+02:00",
+    )
+    dst = staged_path(src, "t1")
+    # When shifted by one hour
+    write_metadata(src, dst, ExifEdit(shift=timedelta(hours=1)))
+    tags = _tags(dst, "-time:all", "--System:all")
+    # Then each capture time moved by exactly one hour; IPTC's date rolled over with its time
+    assert tags["ExifIFD:DateTimeOriginal"] == "2020:05:18 00:30:00"
+    assert tags["XMP-exif:DateTimeOriginal"] == "2020:05:18 00:30:00+02:00"
+    assert tags["XMP-photoshop:DateCreated"] == "2020:05:18 00:30:00+02:00"
+    assert (tags["IPTC:DateCreated"], tags["IPTC:TimeCreated"]) == ("2020:05:18", "00:30:00+02:00")
+    # and the unknown date stayed unknown
+    assert tags["IFD0:ModifyDate"] == "0000:00:00 00:00:00"
+
+
+def test_iptc_limits_cut_only_the_iptc_copy(tmp_path: Path) -> None:
+    # Given a keyword and an artist longer than IPTC allows (64 and 32 bytes)
+    src = samples.make_tiff(tmp_path / "scan.tif")
+    long_keyword, long_artist = "é" * 40, "Jean-Baptiste Emmanuel Zorg Photographie"
+    dst = staged_path(src, "t1")
+    # When written
+    write_metadata(src, dst, ExifEdit(keywords=[long_keyword], artist=long_artist))
+    tags = _tags(dst, "-XMP-dc:all", "-IPTC:all", "-EXIF:Artist")
+    # Then XMP and EXIF hold them whole, IPTC holds them cut at a character boundary
+    assert tags["XMP-dc:Subject"] == long_keyword and tags["IFD0:Artist"] == long_artist
+    assert tags["XMP-dc:Creator"] == long_artist
+    assert tags["IPTC:Keywords"] == "é" * 32
+    assert tags["IPTC:By-line"] == long_artist.encode()[:32].decode()
