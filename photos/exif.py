@@ -39,6 +39,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -271,11 +272,13 @@ def write_metadata(src: str | os.PathLike[str], dst: str | os.PathLike[str], edi
             raise PhotoError(src, exc.reason) from exc
         if warnings:
             _unlink_quietly(dst)
-            raise PhotoError(src, "exiftool warned, nothing written: " + "; ".join(warnings))
+            said = "; ".join(w.removesuffix(f" - {src_abs}") for w in warnings)
+            raise PhotoError(src, f"exiftool warned, nothing written: {said}")
         if not dst.exists():
             raise PhotoError(src, "exiftool reported success but wrote no output file")
-        # -P keeps whole seconds only: give the copy the exact times of the source
+        # -P keeps whole seconds only: give the copy the exact times (and the permissions) of the source
         times = src.stat()
+        os.chmod(dst, stat.S_IMODE(times.st_mode))
         os.utime(dst, ns=(times.st_atime_ns, times.st_mtime_ns))
     with open(dst, "rb+") as fh:
         os.fsync(fh.fileno())

@@ -135,7 +135,10 @@ WRITES: dict[str, tuple[ExifEdit, set[str], Callable[[dict[str, Any], dict[str, 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return camera_corpus.make_corpus(tmp_path_factory.mktemp("corpus"))
+    made = camera_corpus.make_corpus(tmp_path_factory.mktemp("corpus"))
+    for path in made.values():
+        path.chmod(0o640)  # not the default: the copy must take the photo's own permissions
+    return made
 
 
 def _labels() -> list[str]:
@@ -192,5 +195,6 @@ def test_a_write_changes_only_the_asked_tags(corpus: dict[str, Path], label: str
         assert _heic_coded_image(before) in base64.b64decode(after["QuickTime:MediaData"][7:])
     assert np.array_equal(_pixels(src), _pixels(dst))
     assert dst.stat().st_mtime_ns == src_mtime
+    assert dst.stat().st_mode == src.stat().st_mode
     assert after["ExifIFD:UserComment"] == before["ExifIFD:UserComment"]
     assert src.read_bytes() == src_bytes and src.stat().st_mtime_ns == src_mtime
