@@ -249,8 +249,7 @@ def write_metadata(src: str | os.PathLike[str], dst: str | os.PathLike[str], edi
         raise PhotoError(src, "write_metadata needs a separate destination; the source is never modified")
     data = _read_source(src)
     fmt = _format_of(src, data)
-    if fmt == "JPEG":
-        _split_jpeg(src, data)  # a clear error for a broken header before exiftool sees it
+    _check_complete(src, fmt, data)  # exiftool edits metadata without reading the image data
     del data
     if not exiftool.available():
         raise NeedsExiftool(src, f"writing {fmt} metadata needs exiftool ({_INSTALL})")
@@ -282,6 +281,18 @@ def write_metadata(src: str | os.PathLike[str], dst: str | os.PathLike[str], edi
         os.utime(dst, ns=(times.st_atime_ns, times.st_mtime_ns))
     with open(dst, "rb+") as fh:
         os.fsync(fh.fileno())
+
+
+def _check_complete(src: Path, fmt: str, data: bytes) -> None:
+    """Refuse a JPEG whose header is broken or whose image data was cut off (no EOI marker after
+    the scan: inside entropy-coded data 0xFF is always stuffed, so FF D9 only ends the image), or
+    a PNG without its IEND chunk. exiftool itself would edit their metadata without noticing."""
+    if fmt == "JPEG":
+        scan = _split_jpeg(src, data).scan_start
+        if data.find(b"\xff\xd9", scan) < 0:
+            raise UnreadableImage(src, "truncated JPEG: the image data has no end (EOI) marker")
+    elif fmt == "PNG" and data.rfind(b"IEND") < 0:
+        raise UnreadableImage(src, "truncated PNG: no IEND chunk")
 
 
 def _unlink_quietly(path: Path) -> None:

@@ -367,6 +367,18 @@ def test_truncated_jpeg_header_is_unreadable(tmp_path: Path, camera_jpeg: Path) 
         write_metadata(src, staged_path(src, "t1"), EDIT)
 
 
+@pytest.mark.parametrize("maker", ["jpeg", "png"])
+def test_truncated_image_data_is_unreadable(tmp_path: Path, camera_jpeg: Path, maker: str) -> None:
+    # Given a JPEG / PNG whose image data was cut off (its header and metadata are intact)
+    whole = camera_jpeg.read_bytes() if maker == "jpeg" else samples.make_png(tmp_path / "w.png").read_bytes()
+    src = tmp_path / f"cut.{maker}"
+    src.write_bytes(whole[: len(whole) * 4 // 5])
+    # When written / Then UnreadableImage says it is truncated, and nothing is written
+    with pytest.raises(UnreadableImage, match="truncated"):
+        write_metadata(src, staged_path(src, "t1"), ExifEdit(rating=1))
+    assert not staged_path(src, "t1").exists()
+
+
 def test_source_and_destination_must_differ(camera_jpeg: Path) -> None:
     # Given the source as destination / When written / Then refused, source untouched
     sha = _sha(camera_jpeg)
