@@ -155,7 +155,7 @@ class Client:
             if "archive" in names:
                 clean.setdefault("archive.root", f"{base}-archive")
                 clean.setdefault("archive.bundle", "none")
-        inputs = [store_jobs.PhotoInput(str(p), _size(p)) for p in photos]
+        inputs = [_photo_input(p) for p in photos]
         # "The same job" is the same command: the paths as given (resolved), lanes and params; not the
         # files found, since a rename or archive moves them out of the way.
         given = [str(Path(p).expanduser().resolve()) for p in paths_list]
@@ -267,8 +267,10 @@ class Client:
         return {lane: str(status.params[k]) for lane, k in keys.items() if k in status.params}
 
 
-def _size(p: Path) -> int | None:
+def _photo_input(p: Path) -> store_jobs.PhotoInput:
+    """The photo with its size and modification time at submission (rename's fallback time)."""
     try:
-        return p.stat().st_size
+        st = p.stat()
     except OSError:
-        return None
+        return store_jobs.PhotoInput(str(p))
+    return store_jobs.PhotoInput(str(p), st.st_size, st.st_mtime)

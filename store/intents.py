@@ -221,7 +221,8 @@ def live_staged_paths(engine: Engine) -> set[str]:
 
 
 def photo_facts(engine: Engine, job_id: int, photo_id: int | None) -> dict[str, Any] | None:
-    """The photo's analysis facts: this job's analysis item if it has one, else the newest from any job."""
+    """The photo's analysis facts: this job's analysis item if it has one, else the newest from any job;
+    plus ``file_time``, the file's modification time recorded at submission, when known."""
     if photo_id is None:
         return None
     with Session(reader(engine)) as s:
@@ -230,10 +231,13 @@ def photo_facts(engine: Engine, job_id: int, photo_id: int | None) -> dict[str, 
             .where(Item.photo_id == photo_id, Item.lane == "analysis", Item.state == SUCCEEDED)
             .order_by(Item.id.desc())
         ).all()
-    for job, result in rows:
-        if job == job_id and result:
-            return dict(result)
-    return dict(rows[0].result) if rows and rows[0].result else None
+        file_time = s.execute(select(Photo.file_time).where(Photo.id == photo_id)).scalar()
+    facts = next((dict(result) for job, result in rows if job == job_id and result), None)
+    if facts is None and rows and rows[0].result:
+        facts = dict(rows[0].result)
+    if file_time is not None:
+        facts = {**(facts or {}), "file_time": file_time}
+    return facts
 
 
 def set_photo_hash(s: Session, photo_id: int, sha256: str, size: int | None) -> None:

@@ -46,6 +46,7 @@ CHUNK = 2000
 class PhotoInput:
     path: str
     size: int | None = None
+    mtime: float | None = None  # the file's modification time at submission (photos.file_time)
 
 
 @dataclass(frozen=True)
@@ -205,8 +206,16 @@ def _photo_ids(s: Session, engine: Engine, photos: Sequence[PhotoInput], now: fl
     ids: dict[str, int] = {}
     for start in range(0, len(photos), CHUNK):
         chunk = photos[start : start + CHUNK]
-        stmt = _insert_ignore(engine).on_conflict_do_nothing(index_elements=["path"])
-        s.execute(stmt, [{"path": p.path, "size": p.size, "updated_at": now} for p in chunk])
+        stmt = _insert_ignore(engine)
+        # a known photo keeps the file time recorded first (rename names stay stable across edits)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["path"],
+            set_={"file_time": stmt.excluded.file_time},
+            where=Photo.file_time.is_(None),
+        )
+        s.execute(
+            stmt, [{"path": p.path, "size": p.size, "file_time": p.mtime, "updated_at": now} for p in chunk]
+        )
         for pid, path in s.execute(
             select(Photo.id, Photo.path).where(Photo.path.in_([p.path for p in chunk]))
         ):

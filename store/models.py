@@ -66,6 +66,9 @@ class Photo(Base):
     size: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     updated_at: Mapped[float] = mapped_column(Float)
+    # the file's modification time when first submitted: rename's fallback when there is no
+    # capture time (stable across later edits of the file); revision 0003
+    file_time: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class Item(Base):
