@@ -24,7 +24,8 @@ def worker_command(lanes: list[str], threads: int, watch: str | None = None) -> 
         str(threads),
         "--queues",
         *queues,
-        *(["--watch", watch] if watch else []),
+        # dramatiq's default pattern "**.py" matches no absolute path under watchdog 7 (full_match)
+        *(["--watch", watch, "--watch-include", "**/*.py"] if watch else []),
     ]
 
 

@@ -66,7 +66,7 @@ class Sweeper:
             self.failures = 0
 
     def start(self) -> None:
-        quiet_logging()
+        quiet_logging(sweep_interval=self.settings.sweep_interval)
         self.scheduler = BackgroundScheduler(daemon=True)
         self.scheduler.add_job(
             self._tick,
