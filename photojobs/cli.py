@@ -54,6 +54,20 @@ def _client(existing: bool = False):  # type: ignore[no-untyped-def]
     return Client(settings)
 
 
+def _check_database(settings: Settings) -> None:
+    """A server database (PostgreSQL) accepts a connection, else exit 69 before anything starts."""
+    if settings.database_url.startswith("sqlite"):
+        return  # created on first use
+    from store.engine import make_engine
+
+    engine = make_engine(settings.database_url, pool_size=1)
+    try:
+        with engine.connect():
+            pass
+    finally:
+        engine.dispose()
+
+
 def _check_redis(settings: Settings) -> None:
     """Redis answers PING, else :class:`ServiceUnavailable` (exit 69) before anything starts."""
     import redis
@@ -330,7 +344,11 @@ def run(
     from photojobs.run import RunOptions, StateFolderBusy
     from photojobs.run import run as run_job
 
-    Settings.from_env()  # every setting checked before anything starts
+    settings = Settings.from_env()  # every setting checked before anything starts
+    if os.environ.get("PHOTOJOBS_REDIS_URL"):
+        _check_redis(settings)
+    if os.environ.get("PHOTOJOBS_DATABASE_URL"):
+        _check_database(settings)
     try:
         opts = RunOptions(
             paths=list(paths),

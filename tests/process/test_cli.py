@@ -118,6 +118,14 @@ MISTAKES = {
     "unreachable redis in a worker": (
         {"PHOTOJOBS_REDIS_URL": "redis://127.0.0.1:1/0"}, ["worker"], 69, ["Redis at redis://127.0.0.1:1/0"],
     ),
+    "unreachable redis for run": (
+        {"PHOTOJOBS_REDIS_URL": "redis://127.0.0.1:1/0"}, ["run", "--lanes", "noop", "{tmp}/photos"], 69,
+        ["Redis at redis://127.0.0.1:1/0"],
+    ),
+    "unreachable database for run": (
+        {"PHOTOJOBS_DATABASE_URL": "postgresql://photojobs:s3cret@127.0.0.1:1/none"},
+        ["run", "--lanes", "noop", "{tmp}/photos"], 69, ["the database at postgresql://photojobs:***@127.0.0.1:1"],
+    ),
     "bad setting for run": (
         {"PHOTOJOBS_SWEEP_INTERVAL": "soon"}, ["run", "--lanes", "noop", "{tmp}/photos"], 64,
         ["PHOTOJOBS_SWEEP_INTERVAL", "'soon' is not a number"],
