@@ -49,8 +49,7 @@ def _client(existing: bool = False):  # type: ignore[no-untyped-def]
 
     settings = Settings.from_env()
     if existing:
-        _existing_database(settings)
-        return Client(settings, migrate=False)
+        _existing_database(settings)  # an existing store is still brought to the current schema
     return Client(settings)
 
 
