@@ -27,7 +27,7 @@ def next_retry_text(delay: float) -> str:
 
 
 def outage_of(exc: BaseException | None) -> str | None:
-    """``"Redis"`` or ``"the database"`` when ``exc`` (or an exception it came from) says that
+    """``"Redis"`` or ``"Database"`` when ``exc`` (or an exception it came from) says that
     service is out of reach; None otherwise."""
     import redis
     from sqlalchemy.exc import InterfaceError, OperationalError
@@ -37,7 +37,7 @@ def outage_of(exc: BaseException | None) -> str | None:
         if isinstance(exc, redis.ConnectionError | redis.TimeoutError | ConnectionRefusedError):
             return "Redis"
         if isinstance(exc, OperationalError | InterfaceError):
-            return "the database"
+            return "Database"
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return None
@@ -99,13 +99,16 @@ class OutageFilter(logging.Filter):
                 self._rewrite(record, "Redis", _first_line(error), 5.0)
                 return True
         exc = record.exc_info[1] if record.exc_info else None
+        if exc is None and isinstance(record.args, tuple):
+            # "could not claim item %s (%s)": the error as an argument, not a traceback
+            exc = next((a for a in record.args if isinstance(a, BaseException)), None)
         service = outage_of(exc)
         if service is None:
             return True
         if not self._gate(service):
             return False
         retry = self.sweep_interval if name == "photojobs.sweeper" else self.period
-        self._rewrite(record, service, _first_line(exc), retry)
+        self._rewrite(record, service, _first_line(getattr(exc, "orig", None) or exc), retry)
         return True
 
 

@@ -95,4 +95,7 @@ def test_the_database_is_gated_apart_from_redis() -> None:
     db = record("photojobs.heartbeat", "renewing leases failed", exc=gone)
     # Then its first line passes too, as one line naming the database
     assert f.filter(db) and db.exc_info is None
-    assert db.getMessage().startswith("the database unreachable (")
+    assert db.getMessage().startswith("Database unreachable (gone): renewing leases failed")
+    # And an error passed as an argument (no traceback) of the same outage is gated as well
+    claim = record("photojobs.lease", "could not claim item %s (%s)", (7, gone))
+    assert not f.filter(claim)
