@@ -42,6 +42,10 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+# Claim outcomes (store.items.claim) for an item its job paused or cancelled.
+_STOPPED = (" is paused, not claimable", " is cancelled, not claimable")
+
+
 class LeaseMiddleware(Middleware):
     # Expected outcomes (a bad photo, a cooperative stop) are logged briefly, not as tracebacks.
     actor_options = {"throws"}
@@ -144,8 +148,9 @@ class LeaseMiddleware(Middleware):
             log.warning("could not claim item %s (%s); leaving it to the sweeper", item_id, exc)
             raise SkipMessage(f"store unavailable: {exc}") from exc
         if outcome.lease is None:
-            if outcome.deferred:
-                log.debug("item %s deferred: %s", item_id, outcome.reason)
+            if outcome.deferred or outcome.reason.endswith(_STOPPED):
+                # A deferral, or the doorbell of an item its job paused or cancelled: a normal skip.
+                log.debug("item %s skipped: %s", item_id, outcome.reason)
                 raise SkipMessage(outcome.reason)
             self._reject(message, outcome.reason)
         ctx = ItemContext(lease=outcome.lease, spec=spec, engine=self.engine, worker=self.worker)

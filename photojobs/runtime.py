@@ -13,6 +13,7 @@ from middleware.lease import LeaseMiddleware
 from photojobs.broker import RedisPublisher, build_broker
 from photojobs.config import Settings
 from photojobs.lanes import all_lanes
+from photojobs.quiet import install as quiet_logging
 from store.engine import make_engine
 
 log = logging.getLogger("photojobs")
@@ -26,6 +27,7 @@ def engine_for(url: str) -> Engine:
 def setup_worker_broker(settings: Settings | None = None) -> RedisBroker:
     """The broker ``dramatiq actors`` runs with; set as Dramatiq's global broker."""
     settings = settings or Settings.from_env()
+    quiet_logging()
     specs = all_lanes(settings.env)
     lease = LeaseMiddleware(
         specs,
