@@ -33,6 +33,20 @@ class Settings:
     max_attempts: int = 3
     env: dict[str, str] = field(default_factory=dict, repr=False)
 
+    @property
+    def heartbeat_explicit(self) -> float | None:
+        """``PHOTOJOBS_HEARTBEAT_INTERVAL`` when set; unset, each worker derives its interval from
+        the shortest lease TTL of the lanes it serves (``middleware.heartbeat``)."""
+        return self.heartbeat_interval if self.env.get("PHOTOJOBS_HEARTBEAT_INTERVAL") else None
+
+    def check_leases(self) -> None:
+        """Lease TTLs positive, an explicit heartbeat interval below half of every lane's TTL
+        (``store.errors.ConfigError`` naming the variable otherwise)."""
+        from middleware.heartbeat import check_heartbeat
+        from photojobs.lanes import all_lanes
+
+        check_heartbeat(all_lanes(self.env), self.heartbeat_explicit, self.env)
+
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, state_dir: Path | None = None) -> Settings:
         from store.engine import database_url
@@ -43,7 +57,7 @@ class Settings:
             db = env["PHOTOJOBS_DATABASE_URL"]
         else:
             db = database_url(state_dir)
-        return cls(
+        settings = cls(
             database_url=db,
             redis_url=env.get("PHOTOJOBS_REDIS_URL") or DEFAULT_REDIS_URL,
             lease_ttl=ttl,
@@ -53,3 +67,5 @@ class Settings:
             max_attempts=int(_float(env, "PHOTOJOBS_MAX_ATTEMPTS", 3)),
             env=env,
         )
+        settings.check_leases()
+        return settings

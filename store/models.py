@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Float,
     ForeignKey,
     Index,
@@ -56,6 +57,23 @@ class Job(Base):
     fingerprint: Mapped[str] = mapped_column(String(64), index=True)
     control: Mapped[str | None] = mapped_column(String(16), nullable=True)
     created_at: Mapped[float] = mapped_column(Float)
+    # Submission lands in chunks (store.jobs.submit): while ``submitting`` is true the job's items
+    # are not dispatched; ``photos`` is how many photos the submission announced, ``landed`` how many
+    # are written, ``submit_touched_at`` the database time of the last chunk (a crashed submitter
+    # leaves a job that stays ``submitting``; status shows how long ago it last moved).
+    submitting: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    photos: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    landed: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    submit_touched_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    __table_args__ = (
+        Index(
+            "ix_jobs_submitting",
+            "id",
+            postgresql_where=text("submitting"),
+            sqlite_where=text("submitting = 1"),
+        ),
+    )
 
 
 class Photo(Base):
@@ -94,6 +112,15 @@ class Item(Base):
         Index("ix_items_lease", "state", "lease_expires_at"),
         Index("ix_items_job_photo", "job_id", "photo_id", "position"),
         Index("ix_items_job_state", "job_id", "lane", "state"),
+        # Migration 0004: bundle release / pipeline checks by (job, lane position), and the
+        # sweeper's scan of stale queued items, stay index searches however large the table grows.
+        Index("ix_items_job_position", "job_id", "position", "state"),
+        Index(
+            "ix_items_queued_at",
+            "queued_at",
+            postgresql_where=text("state = 'queued'"),
+            sqlite_where=text("state = 'queued'"),
+        ),
     )
 
 

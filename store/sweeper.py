@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sqlalchemy import Engine, delete, select, update
+from sqlalchemy import Engine, Select, delete, select, update
 from sqlalchemy.orm import Session
 
 from photojobs.lanes import LaneSpec
@@ -42,6 +42,18 @@ class SweepReport:
     errors: list[str] = field(default_factory=list)
 
 
+def expired_leases(limit: int) -> Select[tuple[Item]]:
+    """Running items whose lease has expired, oldest expiry first: a range of ``ix_items_lease``
+    (state, lease_expires_at), so the scan reads only expired leases, not the table."""
+    return (
+        select(Item)
+        .where(Item.state == RUNNING, Item.lease_expires_at < db_now())
+        .order_by(Item.lease_expires_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+
+
 def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 500) -> tuple[int, int]:
     """Revoke every lease whose expiry (database clock) has passed.
 
@@ -51,17 +63,7 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
     """
     revoked = quarantined = 0
     with Session(engine) as s, s.begin():
-        rows = (
-            s.execute(
-                select(Item)
-                .where(Item.state == RUNNING, Item.lease_expires_at < db_now())
-                .order_by(Item.id)
-                .limit(limit)
-                .with_for_update(skip_locked=True)
-            )
-            .scalars()
-            .all()
-        )
+        rows = s.execute(expired_leases(limit)).scalars().all()
         for item in rows:
             # Read before the UPDATE: the session refreshes ``item`` from it.
             old_token, owner = item.fencing_token, item.lease_owner
