@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from typing import Any
 
-from sqlalchemy import Engine, Select, func, select, text, update
+from sqlalchemy import Engine, Select, func, literal, select, text, tuple_, update
 from sqlalchemy.orm import Session
 
 from photojobs.lanes import LaneSpec
@@ -51,13 +51,18 @@ _last_first_job: dict[str, int] = {}
 JOB_SCAN_EXTRA = 64  # jobs passed over (paused, cancelled, submitting) before a call gives up looking
 
 
-def next_pending_job(lane: str, after: int) -> Select[tuple[int]]:
-    """The lowest job id above ``after`` with a pending item in ``lane``: one seek in
-    ``ix_items_dispatch`` (lane, state, job_id, id), however many items are pending."""
+def next_pending_job(lane: str, after: int) -> Select[tuple[str, str, int]]:
+    """The first (lane, state, job) after (``lane``, pending, ``after``) in ``ix_items_dispatch``
+    (lane, state, job_id, id): one seek, however many items are pending. It is the next job with a
+    pending item in ``lane`` when its lane and state are still ``lane`` and pending.
+
+    Written as a row-value comparison ordered like the index so that no planner can prefer another
+    index that starts with ``job_id`` (PostgreSQL would walk every item of the older jobs)."""
+    key = tuple_(Item.lane, Item.state, Item.job_id)
     return (
-        select(Item.job_id)
-        .where(Item.lane == lane, Item.state == PENDING, Item.job_id > after)
-        .order_by(Item.job_id)
+        select(Item.lane, Item.state, Item.job_id)
+        .where(key > tuple_(literal(lane), literal(PENDING), literal(after)))
+        .order_by(Item.lane, Item.state, Item.job_id)
         .limit(1)
     )
 
@@ -85,7 +90,8 @@ def _jobs_with_pending(s: Session, lane: str, want: int) -> list[int]:
     found: list[int] = []
     after, wrapped, looked = start, False, 0
     while len(found) < want and looked < want + JOB_SCAN_EXTRA:
-        job_id = s.execute(next_pending_job(lane, after)).scalar_one_or_none()
+        row = s.execute(next_pending_job(lane, after)).first()
+        job_id = row.job_id if row is not None and row.lane == lane and row.state == PENDING else None
         if job_id is None:
             if wrapped or start == 0:
                 break
@@ -149,7 +155,8 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
 
 
 def stale_queued_query(older_than: float, limit: int) -> Select[Any]:
-    """The sweeper's look for lost messages: a range of the partial index ``ix_items_queued_at``."""
+    """The sweeper's look for lost messages: the queued range of ``ix_items_lease`` (state, …);
+    queued items are at most the lanes' bounds, however many are pending."""
     return (
         select(Item.id, Item.fencing_token, Item.lane, (db_now() - Item.queued_at).label("age"))
         .where(Item.state == QUEUED, Item.queued_at < db_now() - older_than)

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, Select, delete, insert, select, tuple_, update
+from sqlalchemy import Engine, Select, delete, insert, literal, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from photojobs.lanes import EXCLUSIVE, NO_LOCK, LaneSpec
@@ -437,15 +437,29 @@ def _successors(s: Session, job_id: int, position: int, photo_ids: Iterable[int]
     return out
 
 
-def unfinished_in_lane(job_id: int, position: int) -> Select[tuple[int]]:
-    """Is any item of the job's lane at ``position`` not finished? Seeks in ``ix_items_job_position``
-    (job, position, state) for each unfinished state and stops at the first row, so finishing an
-    item of a 100,000-photo job does not count the others (that made a bundle job quadratic)."""
+def unfinished_in_lane(job_id: int, lane: str, state: str) -> Select[tuple[int, str, str]]:
+    """The first (job, lane, state) at or after (``job_id``, ``lane``, ``state``) in
+    ``ix_items_job_state``: one seek that stops at the first row. An item of the lane is in ``state``
+    when that row equals the key. (A row-value comparison in the index's order, so no planner
+    prefers reading the table for a LIMIT 1.)"""
+    key = tuple_(Item.job_id, Item.lane, Item.state)
     return (
-        select(Item.id)
-        .where(Item.job_id == job_id, Item.position == position, Item.state.in_(UNFINISHED))
+        select(Item.job_id, Item.lane, Item.state)
+        .where(key >= tuple_(literal(job_id), literal(lane), literal(state)))
+        .order_by(Item.job_id, Item.lane, Item.state)
         .limit(1)
     )
+
+
+def lane_unfinished(s: Session, job_id: int, lane: str) -> bool:
+    """Has any item of the job's ``lane`` not ended? One seek per unfinished state, so finishing
+    an item of a 100,000-photo job does not count the others (a count over the lane's items — and
+    before that a scan of the job's items, ``position`` having no index — made it quadratic)."""
+    for state in UNFINISHED:
+        row = s.execute(unfinished_in_lane(job_id, lane, state)).first()
+        if row is not None and tuple(row) == (job_id, lane, state):
+            return True
+    return False
 
 
 def release_bundle(s: Session, job_id: int, position: int) -> None:
@@ -461,7 +475,8 @@ def release_bundle(s: Session, job_id: int, position: int) -> None:
     ).scalar_one_or_none()
     if bundle is None:
         return
-    if s.execute(unfinished_in_lane(job_id, position - 1)).first() is not None:
+    lanes = s.execute(select(Job.lanes).where(Job.id == job_id)).scalar_one()
+    if position > 0 and lane_unfinished(s, job_id, lanes[position - 1]):
         return
     state = ready_state(s, job_id)
     s.execute(update(Item).where(Item.id == bundle.id).values(state=state, updated_at=db_now()))

@@ -112,15 +112,6 @@ class Item(Base):
         Index("ix_items_lease", "state", "lease_expires_at"),
         Index("ix_items_job_photo", "job_id", "photo_id", "position"),
         Index("ix_items_job_state", "job_id", "lane", "state"),
-        # Migration 0004: bundle release / pipeline checks by (job, lane position), and the
-        # sweeper's scan of stale queued items, stay index searches however large the table grows.
-        Index("ix_items_job_position", "job_id", "position", "state"),
-        Index(
-            "ix_items_queued_at",
-            "queued_at",
-            postgresql_where=text("state = 'queued'"),
-            sqlite_where=text("state = 'queued'"),
-        ),
     )
 
 

@@ -1,14 +1,16 @@
-"""flat queries: indexes for the dispatcher, sweeper and bundle release; chunked submission columns
+"""flat queries: chunked submission columns; the hot paths seek in the indexes of 0001
 
 Revision ID: 0004
 Revises: 0001
 Create Date: 2026-12-01 14:00:00
 
 ``jobs.submitting`` (+ ``photos``, ``landed``, ``submit_touched_at``): a job whose submission is
-still landing in chunks. ``ix_items_job_position`` (job, lane position, state): bundle release and
-"is the lane before done" without scanning the job's items. ``ix_items_queued_at`` (partial, queued
-items only): the sweeper's stale-queued scan. ``ix_jobs_submitting`` (partial): the backlog check's
-look at submissions in flight.
+still landing in chunks; ``ix_jobs_submitting`` (partial): the backlog check's look at submissions
+in flight. No new index on ``items``: the dispatcher (a row-value seek in ``ix_items_dispatch``
+instead of ``DISTINCT job_id`` over every pending item), the sweeper's scans (ranges of
+``ix_items_lease``) and bundle release (equality seeks in ``ix_items_job_state`` by the lane before,
+instead of counting by the unindexed ``position``) now use the indexes of 0001 — every extra
+index on ``items`` would cost every state change (see README "Flat queries").
 """
 
 from collections.abc import Sequence
@@ -37,21 +39,9 @@ def upgrade() -> None:
             postgresql_where=sa.text("submitting"),
             sqlite_where=sa.text("submitting = 1"),
         )
-    with op.batch_alter_table("items", schema=None) as batch_op:
-        batch_op.create_index("ix_items_job_position", ["job_id", "position", "state"], unique=False)
-        batch_op.create_index(
-            "ix_items_queued_at",
-            ["queued_at"],
-            unique=False,
-            postgresql_where=sa.text("state = 'queued'"),
-            sqlite_where=sa.text("state = 'queued'"),
-        )
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("items", schema=None) as batch_op:
-        batch_op.drop_index("ix_items_queued_at")
-        batch_op.drop_index("ix_items_job_position")
     with op.batch_alter_table("jobs", schema=None) as batch_op:
         batch_op.drop_index("ix_jobs_submitting")
         batch_op.drop_column("submit_touched_at")
