@@ -113,6 +113,20 @@ def hot_paths(lane: str = "noop", job_id: int = 1) -> dict[str, Executable]:
     }
 
 
+def legacy_dispatch_scan(lane: str = "noop") -> Executable:
+    """The dispatcher's job query before migration 0004 (``DISTINCT job_id`` over every pending
+    item of the lane), kept to show in the benchmark what the seek replaced."""
+    return (
+        select(Item.job_id).where(Item.lane == lane, Item.state == PENDING).distinct().order_by(Item.job_id)
+    )
+
+
+def run_statement(engine: Engine, statement: Executable) -> int:
+    """Run a read statement to the end; returns its row count (timing it is the caller's business)."""
+    with Session(engine) as s:
+        return len(s.execute(statement).all())
+
+
 def plan(engine: Engine, statement: Executable) -> list[str]:
     """The database's plan for ``statement`` (literal parameters), one line per node."""
     sql = str(statement.compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True}))  # type: ignore[attr-defined]
