@@ -8,6 +8,9 @@ Then, in this process against the run's private Redis:
   sweep pass run; the lane is reset to all-pending between calls (not timed);
 - **sweep pass**: ``sweep_once`` over every lane (revoke expired leases, re-publish lost messages,
   dispatch each lane, number events), Redis flushed and the lane reset between passes;
+Every size is built first and the sizes are then timed in alternation, so load from other
+processes falls on all of them alike.
+
 - **plans**: ``EXPLAIN`` of the hot-path statements (``store.scale.hot_paths``); any node reading the
   whole ``items`` table is reported.
 
@@ -29,8 +32,9 @@ from .registry import Row, register
 NAME = "scale"
 FULL_SIZES = (10_000, 100_000, 1_000_000)
 QUICK_SIZES = (1_000, 10_000, 100_000)
-DISPATCH_REPS = 15
-SWEEP_REPS = 9
+DISPATCH_REPS = 21
+SWEEP_REPS = 11
+LEGACY_REPS = 3
 BOUND = 16
 
 
@@ -41,64 +45,98 @@ def _sizes(ctx: BenchContext) -> tuple[int, ...]:
     return QUICK_SIZES if ctx.config.quick else FULL_SIZES
 
 
-def _median_ms(fn: Callable[[], Any], reset: Callable[[], Any], reps: int) -> tuple[float, list[float]]:
-    times = []
-    for _ in range(reps):
-        reset()
+class _Table:
+    """One store at one size: a fresh database with N pending items, an engine, a publisher."""
+
+    def __init__(self, ctx: BenchContext, store: str, n: int) -> None:
+        from photojobs.broker import RedisPublisher, build_broker
+        from photojobs.lanes import all_lanes
+        from store import scale
+        from store.engine import make_engine
+
+        self.ctx, self.n = ctx, n
+        self.url = ctx.dbs.create(store, "scale")
+        self.engine = make_engine(self.url)
+        self.broker = build_broker(ctx.redis.url)
+        self.specs = all_lanes({})
+        t0 = time.perf_counter()
+        self.jobs = scale.seed_pending(self.engine, n, jobs=4, finished=n // 10)
+        self.seed_s = time.perf_counter() - t0
+        self.publisher = RedisPublisher(self.broker, self.specs)
+        self.times: dict[str, list[float]] = {"dispatch": [], "sweep": [], "legacy": []}
+
+    def reset(self) -> None:
+        from store import scale
+
+        scale.requeue(self.engine)
+        self.ctx.redis.flush()
+
+    def timed(self, what: str, fn: Callable[[], Any]) -> None:
+        self.reset()
         t0 = time.perf_counter()
         fn()
-        times.append(1000 * (time.perf_counter() - t0))
-    return statistics.median(times), times
+        self.times[what].append(1000 * (time.perf_counter() - t0))
 
+    def dispatch(self) -> None:
+        from store.dispatch import take_for_dispatch
 
-def _measure(ctx: BenchContext, store: str, n: int) -> dict[str, Any]:
-    from photojobs.broker import RedisPublisher, build_broker
-    from photojobs.lanes import all_lanes
-    from store import scale
-    from store.dispatch import take_for_dispatch
-    from store.engine import make_engine
-    from store.sweeper import sweep_once
+        self.timed("dispatch", lambda: take_for_dispatch(self.engine, self.specs["noop"], bound=BOUND))
 
-    url = ctx.dbs.create(store, "scale")
-    engine = make_engine(url)
-    broker = build_broker(ctx.redis.url)
-    try:
-        specs = all_lanes({})
-        spec = specs["noop"]
-        t0 = time.perf_counter()
-        jobs = scale.seed_pending(engine, n, jobs=4, finished=n // 10)
-        seeded = time.perf_counter() - t0
-        publisher = RedisPublisher(broker, specs)
+    def sweep(self) -> None:
+        from store.sweeper import sweep_once
 
-        def reset() -> None:
-            scale.requeue(engine)
-            ctx.redis.flush()
+        self.timed("sweep", lambda: sweep_once(self.engine, self.specs, self.publisher, republish_after=5.0))
 
-        # Warm the connection pool and caches once, untimed.
-        take_for_dispatch(engine, spec, bound=BOUND)
-        dispatch, d_all = _median_ms(
-            lambda: take_for_dispatch(engine, spec, bound=BOUND), reset, DISPATCH_REPS
-        )
-        sweep, s_all = _median_ms(
-            lambda: sweep_once(engine, specs, publisher, republish_after=5.0), reset, SWEEP_REPS
-        )
-        legacy, _ = _median_ms(lambda: scale.run_statement(engine, scale.legacy_dispatch_scan()), reset, 3)
-        plans = scale.hot_path_plans(engine, job_id=jobs[0])
+    def legacy(self) -> None:
+        from store import scale
+
+        self.timed("legacy", lambda: scale.run_statement(self.engine, scale.legacy_dispatch_scan()))
+
+    def result(self) -> dict[str, Any]:
+        from store import scale
+
+        plans = scale.hot_path_plans(self.engine, job_id=self.jobs[0])
         scans = {name: scale.full_scans(lines) for name, lines in plans.items()}
         return {
-            "seed_s": round(seeded, 2),
-            "dispatch_ms": dispatch,
-            "sweep_ms": sweep,
-            "legacy_ms": legacy,
-            "dispatch_all_ms": [round(x, 2) for x in d_all],
-            "sweep_all_ms": [round(x, 2) for x in s_all],
+            "seed_s": round(self.seed_s, 2),
+            "dispatch_ms": statistics.median(self.times["dispatch"]),
+            "sweep_ms": statistics.median(self.times["sweep"]),
+            "legacy_ms": statistics.median(self.times["legacy"]),
+            "dispatch_all_ms": [round(x, 2) for x in self.times["dispatch"]],
+            "sweep_all_ms": [round(x, 2) for x in self.times["sweep"]],
             "plans": plans,
             "full_scans": {k: v for k, v in scans.items() if v},
         }
+
+    def close(self) -> None:
+        self.broker.close()
+        self.engine.dispose()
+        self.ctx.dbs.drop(self.url)
+
+
+def _measure_store(ctx: BenchContext, store: str, sizes: tuple[int, ...]) -> dict[int, dict[str, Any]]:
+    """Build every size first, then time them in alternation (round after round), so that a burst of
+    load on this shared machine falls on every size alike rather than on one."""
+    tables: list[_Table] = []
+    try:
+        for n in sizes:
+            print(f"[benchmarks] scale: building {store}, {_label(n)} pending ...", flush=True)
+            tables.append(_Table(ctx, store, n))
+        for t in tables:
+            t.dispatch()  # warm-up (connections, caches), not kept
+            t.times["dispatch"].clear()
+        for rep in range(max(DISPATCH_REPS, SWEEP_REPS)):
+            for t in tables:
+                if rep < DISPATCH_REPS:
+                    t.dispatch()
+                if rep < SWEEP_REPS:
+                    t.sweep()
+                if rep < LEGACY_REPS:
+                    t.legacy()
+        return {t.n: t.result() for t in tables}
     finally:
-        broker.close()
-        engine.dispose()
-        ctx.dbs.drop(url)
+        for t in tables:
+            t.close()
 
 
 def _label(n: int) -> str:
@@ -119,11 +157,8 @@ def scale_bench(ctx: BenchContext) -> list[Row]:
     )
     rows: list[Row] = []
     for store in ctx.config.stores:
-        results: dict[int, dict[str, Any]] = {}
         try:
-            for n in sizes:
-                print(f"[benchmarks] scale: {store}, {_label(n)} pending ...", flush=True)
-                results[n] = _measure(ctx, store, n)
+            results = _measure_store(ctx, store, sizes)
         except StoreUnavailable as exc:
             rows.append(Row(NAME, store, "sweep pass and dispatch", None, verdict="skipped", note=str(exc)))
             continue

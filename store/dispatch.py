@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from typing import Any
 
-from sqlalchemy import Engine, Select, func, literal, select, text, tuple_, update
+from sqlalchemy import Engine, Select, and_, func, literal, select, text, tuple_, update
 from sqlalchemy.orm import Session
 
 from photojobs.lanes import LaneSpec
@@ -20,7 +20,7 @@ from photojobs.lanes import LaneSpec
 from .clock import db_now
 from .engine import reader
 from .events import emit_many
-from .models import PENDING, QUEUED, Item, Job
+from .models import PENDING, QUEUED, Item, Job, unindexed_state
 
 DISPATCH_LOCK_BASE = 0x64697370000  # "disp" + lane index
 
@@ -51,17 +51,22 @@ _last_first_job: dict[str, int] = {}
 JOB_SCAN_EXTRA = 64  # jobs passed over (paused, cancelled, submitting) before a call gives up looking
 
 
-def next_pending_job(lane: str, after: int) -> Select[tuple[str, str, int]]:
+def next_pending_job(lane: str, after: int, dialect: str) -> Select[tuple[str, str, int]]:
     """The first (lane, state, job) after (``lane``, pending, ``after``) in ``ix_items_dispatch``
     (lane, state, job_id, id): one seek, however many items are pending. It is the next job with a
     pending item in ``lane`` when its lane and state are still ``lane`` and pending.
 
-    Written as a row-value comparison ordered like the index so that no planner can prefer another
-    index that starts with ``job_id`` (PostgreSQL would walk every item of the older jobs)."""
-    key = tuple_(Item.lane, Item.state, Item.job_id)
+    On PostgreSQL a row-value comparison ordered like the index, so that the planner cannot prefer
+    an index that starts with ``job_id`` (it would walk every item of the older jobs); on SQLite,
+    whose row-value ranges are slow, the plain equality-and-range form of the same seek."""
+    if dialect == "postgresql":
+        key = tuple_(Item.lane, Item.state, Item.job_id)
+        where = key > tuple_(literal(lane), literal(PENDING), literal(after))
+    else:
+        where = and_(Item.lane == lane, Item.state == PENDING, Item.job_id > after)
     return (
         select(Item.lane, Item.state, Item.job_id)
-        .where(key > tuple_(literal(lane), literal(PENDING), literal(after)))
+        .where(where)
         .order_by(Item.lane, Item.state, Item.job_id)
         .limit(1)
     )
@@ -87,10 +92,11 @@ def _jobs_with_pending(s: Session, lane: str, want: int) -> list[int]:
     wrapping around. Each step is an index seek, so the cost follows the jobs looked at, not the
     number of pending items (a ``DISTINCT job_id`` over them read every one)."""
     start = _last_first_job.get(lane, 0)
+    dialect = s.get_bind().dialect.name
     found: list[int] = []
     after, wrapped, looked = start, False, 0
     while len(found) < want and looked < want + JOB_SCAN_EXTRA:
-        row = s.execute(next_pending_job(lane, after)).first()
+        row = s.execute(next_pending_job(lane, after, dialect)).first()
         job_id = row.job_id if row is not None and row.lane == lane and row.state == PENDING else None
         if job_id is None:
             if wrapped or start == 0:
@@ -105,6 +111,17 @@ def _jobs_with_pending(s: Session, lane: str, want: int) -> list[int]:
         if row.control is None and not row.submitting:
             found.append(job_id)
     return found
+
+
+def mark_queued(item_ids: list[int], now: float) -> Any:
+    """The picked items, still pending, become queued: by primary key (``unindexed_state`` keeps
+    SQLite from reading every pending item through an index on ``state`` instead)."""
+    return (
+        update(Item)
+        .where(Item.id.in_(item_ids), unindexed_state(PENDING))
+        .values(state=QUEUED, queued_at=now, updated_at=now)
+        .returning(Item.id)
+    )
 
 
 def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = None) -> list[Publish]:
@@ -128,14 +145,7 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
         picked = [r for group in zip_longest(*per_job) for r in group if r is not None][:room]
         if not picked:
             return []
-        queued_ids = set(
-            s.execute(
-                update(Item)
-                .where(Item.id.in_([r.id for r in picked]), Item.state == PENDING)
-                .values(state=QUEUED, queued_at=now, updated_at=now)
-                .returning(Item.id)
-            ).scalars()
-        )
+        queued_ids = set(s.execute(mark_queued([r.id for r in picked], now)).scalars())
         picked = [r for r in picked if r.id in queued_ids]  # a concurrent pause/cancel took the others
         emit_many(
             s,

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, Select, delete, insert, literal, select, tuple_, update
+from sqlalchemy import Engine, Select, and_, delete, insert, literal, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from photojobs.lanes import EXCLUSIVE, NO_LOCK, LaneSpec
@@ -35,6 +35,7 @@ from .models import (
     Job,
     Photo,
     PhotoLock,
+    unindexed_state,
 )
 
 T = TypeVar("T")
@@ -422,30 +423,38 @@ def ready_state(s: Session, job_id: int) -> str:
     return {CANCEL: CANCELLED, PAUSE: PAUSED}.get(control or "", PENDING)
 
 
+def successors_query(job_id: int, position: int, photo_ids: Sequence[int]) -> Select[tuple[Item]]:
+    """Waiting items of later lanes for these photos: ``ix_items_job_photo`` (job, photo, position)."""
+    return select(Item).where(
+        Item.job_id == job_id,
+        Item.position > position,
+        Item.photo_id.in_(photo_ids),
+        unindexed_state(WAITING),
+    )
+
+
 def _successors(s: Session, job_id: int, position: int, photo_ids: Iterable[int]) -> list[Item]:
     ids = tuple(photo_ids)
     out: list[Item] = []
     for chunk in chunked(ids):
-        out += s.execute(
-            select(Item).where(
-                Item.job_id == job_id,
-                Item.position > position,
-                Item.photo_id.in_(chunk),
-                Item.state == WAITING,
-            )
-        ).scalars()
+        out += s.execute(successors_query(job_id, position, chunk)).scalars()
     return out
 
 
-def unfinished_in_lane(job_id: int, lane: str, state: str) -> Select[tuple[int, str, str]]:
+def unfinished_in_lane(job_id: int, lane: str, state: str, dialect: str) -> Select[tuple[int, str, str]]:
     """The first (job, lane, state) at or after (``job_id``, ``lane``, ``state``) in
-    ``ix_items_job_state``: one seek that stops at the first row. An item of the lane is in ``state``
-    when that row equals the key. (A row-value comparison in the index's order, so no planner
-    prefers reading the table for a LIMIT 1.)"""
-    key = tuple_(Item.job_id, Item.lane, Item.state)
+    ``ix_items_job_state``: one seek that stops at the first row. An item of the lane is in
+    ``state`` when that row equals the key. On PostgreSQL a row-value comparison in the index's
+    order, so the planner cannot prefer reading the table for a LIMIT 1; on SQLite plain equalities
+    (its row-value ranges are slow)."""
+    if dialect == "postgresql":
+        key = tuple_(Item.job_id, Item.lane, Item.state)
+        where = key >= tuple_(literal(job_id), literal(lane), literal(state))
+    else:
+        where = and_(Item.job_id == job_id, Item.lane == lane, Item.state == state)
     return (
         select(Item.job_id, Item.lane, Item.state)
-        .where(key >= tuple_(literal(job_id), literal(lane), literal(state)))
+        .where(where)
         .order_by(Item.job_id, Item.lane, Item.state)
         .limit(1)
     )
@@ -455,8 +464,9 @@ def lane_unfinished(s: Session, job_id: int, lane: str) -> bool:
     """Has any item of the job's ``lane`` not ended? One seek per unfinished state, so finishing
     an item of a 100,000-photo job does not count the others (a count over the lane's items — and
     before that a scan of the job's items, ``position`` having no index — made it quadratic)."""
+    dialect = s.get_bind().dialect.name
     for state in UNFINISHED:
-        row = s.execute(unfinished_in_lane(job_id, lane, state)).first()
+        row = s.execute(unfinished_in_lane(job_id, lane, state, dialect)).first()
         if row is not None and tuple(row) == (job_id, lane, state):
             return True
     return False
@@ -528,7 +538,7 @@ def advance_pipeline(
         changed.update(
             s.execute(
                 update(Item)
-                .where(Item.id.in_(chunk), Item.state == WAITING)
+                .where(Item.id.in_(chunk), unindexed_state(WAITING))
                 .values(state=state, updated_at=db_now())
                 .returning(Item.id)
             ).scalars()
@@ -563,7 +573,7 @@ def skip_successors(s: Session, job_id: int, position: int, photo_ids: Iterable[
         changed.update(
             s.execute(
                 update(Item)
-                .where(Item.id.in_(chunk), Item.state == WAITING)
+                .where(Item.id.in_(chunk), unindexed_state(WAITING))
                 .values(state=SKIPPED, error=reason, updated_at=db_now())
                 .returning(Item.id)
             ).scalars()

@@ -18,6 +18,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql.elements import ColumnElement
 
 # Item states (DESIGN.md "Model").
 WAITING = "waiting"  # an earlier lane of the pipeline is not done for this photo
@@ -200,3 +201,13 @@ class Event(Base):
         ),
         Index("ix_events_job_seq", "job_id", "seq"),
     )
+
+
+def unindexed_state(state: str) -> ColumnElement[bool]:
+    """``items.state = state`` written so that no index on ``state`` can serve it.
+
+    For statements that pick rows by primary key (``id IN (…)``) and re-check the state: without
+    statistics SQLite takes an equality on an indexed column for selective and would read every
+    pending (or waiting) item through ``ix_items_lease`` instead of looking up the listed ids.
+    """
+    return (Item.state + "") == state

@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from sqlalchemy import Engine, Executable, insert, select, text, update
 from sqlalchemy.orm import Session
 
-from .dispatch import next_pending_job, pending_of_job, queued_count, stale_queued_query
-from .items import unfinished_in_lane
-from .models import PENDING, QUEUED, SUCCEEDED, Item, Job
+from .dispatch import mark_queued, next_pending_job, pending_of_job, queued_count, stale_queued_query
+from .items import successors_query, unfinished_in_lane
+from .models import PENDING, QUEUED, SUCCEEDED, WAITING, Item, Job, unindexed_state
 from .sweeper import expired_leases
 
 
@@ -101,15 +101,22 @@ def requeue(engine: Engine, lane: str = "noop") -> int:
         ).rowcount
 
 
-def hot_paths(lane: str = "noop", job_id: int = 1) -> dict[str, Executable]:
-    """The statements run per dispatch, per sweep pass and per finished item, by name."""
+def hot_paths(dialect: str, lane: str = "noop", job_id: int = 1) -> dict[str, Executable]:
+    """The statements run per dispatch, per sweep pass and per finished item, by name (with example
+    parameters: a few item / photo ids)."""
+    ids = [1, 2, 3]
     return {
-        "dispatch: next job with pending items": next_pending_job(lane, 0),
+        "dispatch: next job with pending items": next_pending_job(lane, 0, dialect),
         "dispatch: a job's ready items": pending_of_job(lane, job_id, 0.0, 16),
         "dispatch: queued count": queued_count(lane),
+        "dispatch: mark queued": mark_queued(ids, 0.0),
         "sweep: expired leases": expired_leases(500),
         "sweep: stale queued items": stale_queued_query(2.0, 1000),
-        "bundle release: lane before unfinished?": unfinished_in_lane(job_id, lane, PENDING),
+        "finish: next lane's items of the photos": successors_query(job_id, 0, ids),
+        "finish: make them ready": update(Item)
+        .where(Item.id.in_(ids), unindexed_state(WAITING))
+        .values(state=PENDING),
+        "bundle release: lane before unfinished?": unfinished_in_lane(job_id, lane, PENDING, dialect),
     }
 
 
@@ -172,7 +179,7 @@ def full_scans(lines: list[str], table: str = "items") -> list[str]:
 
 def hot_path_plans(engine: Engine, lane: str = "noop", job_id: int = 1) -> Mapping[str, list[str]]:
     """``plan`` of every statement of ``hot_paths``."""
-    return {name: plan(engine, stmt) for name, stmt in hot_paths(lane, job_id).items()}
+    return {name: plan(engine, stmt) for name, stmt in hot_paths(engine.dialect.name, lane, job_id).items()}
 
 
 def count_items(engine: Engine) -> int:
