@@ -164,6 +164,16 @@ def claim(engine: Engine, spec: LaneSpec, item_id: int, token: int, worker: str)
                 return ClaimOutcome(None, f"photo {conflicts[0][0]} locked by item {conflicts[0][1]}", True)
         new_token = token + 1
         attempt = item.attempt + 1
+        # Locks first, the lease last: a bundle's thousands of lock rows take time, and the lease's
+        # expiry (the database clock at the statement) must not be spent before the claim commits.
+        if spec.lock != NO_LOCK and photo_ids:
+            s.execute(
+                insert(PhotoLock),
+                [
+                    {"photo_id": p, "item_id": item_id, "mode": spec.lock, "token": new_token}
+                    for p in photo_ids
+                ],
+            )
         s.execute(
             update(Item)
             .where(Item.id == item_id, Item.fencing_token == token)
@@ -178,14 +188,6 @@ def claim(engine: Engine, spec: LaneSpec, item_id: int, token: int, worker: str)
                 updated_at=db_now(),
             )
         )
-        if spec.lock != NO_LOCK and photo_ids:
-            s.execute(
-                insert(PhotoLock),
-                [
-                    {"photo_id": p, "item_id": item_id, "mode": spec.lock, "token": new_token}
-                    for p in photo_ids
-                ],
-            )
         emit(
             s,
             "item_claimed",
