@@ -66,10 +66,11 @@ def _insert_ignore(engine: Engine):  # type: ignore[no-untyped-def]
     return (postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert)(Photo)
 
 
-# Chunked submission: each chunk is its own transaction, sized to hold SQLite's single write lock for
-# about CHUNK_TARGET seconds (never more than CHUNK_MAX photos); on SQLite the submitter then waits
+# Chunked submission: each chunk is its own transaction. On SQLite it is sized to hold the single
+# write lock for about CHUNK_TARGET seconds (CHUNK_MIN..CHUNK_MAX photos) and the submitter then waits
 # as long as the chunk took, so heartbeats, claims and the sweeper (whose busy handler polls the
-# lock) get in between chunks instead of waiting out a 100,000-photo transaction.
+# lock) get in between chunks instead of waiting out a 100,000-photo transaction. On PostgreSQL
+# (row locks only) a chunk is CHUNK_MAX photos.
 CHUNK_FIRST = 500
 CHUNK_MIN = 100
 CHUNK_MAX = 4000
@@ -181,7 +182,9 @@ def submit(
             pos: _bundle_item(s, job_id, lanes[pos].name, pos, len(photos), now) for pos in sorted(bundled)
         }
     n_items = len(bundles)
-    start, size = 0, CHUNK_FIRST
+    # PostgreSQL has no store-wide write lock: chunks of CHUNK_MAX photos keep its transactions
+    # short without paying a commit per few hundred photos. SQLite: sized by the time they take.
+    start, size = 0, CHUNK_MAX if postgres else CHUNK_FIRST
     while start < len(photos):
         chunk = photos[start : start + size]
         t0 = time.perf_counter()
@@ -191,9 +194,10 @@ def submit(
         n_items += landed
         took = time.perf_counter() - t0
         start += len(chunk)
-        size = max(CHUNK_MIN, min(CHUNK_MAX, int(len(chunk) * CHUNK_TARGET / max(took, 1e-3))))
-        if not postgres and start < len(photos):
-            time.sleep(min(took, 4 * CHUNK_TARGET))  # let waiting writers take the lock
+        if not postgres:
+            size = max(CHUNK_MIN, min(CHUNK_MAX, int(len(chunk) * CHUNK_TARGET / max(took, 1e-3))))
+            if start < len(photos):
+                time.sleep(min(took, 4 * CHUNK_TARGET))  # let waiting writers take the lock
     with Session(engine) as s, s.begin():
         _submission_control(s, job_id)  # ordered after a concurrent cancel/pause of the job
         s.execute(update(Job).where(Job.id == job_id).values(submitting=False, submit_touched_at=db_now()))
