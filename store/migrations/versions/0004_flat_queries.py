@@ -25,26 +25,26 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("jobs", schema=None) as batch_op:
-        batch_op.add_column(
-            sa.Column("submitting", sa.Boolean(), nullable=False, server_default=sa.text("false"))
-        )
-        batch_op.add_column(sa.Column("photos", sa.Integer(), nullable=True))
-        batch_op.add_column(sa.Column("landed", sa.Integer(), nullable=False, server_default=sa.text("0")))
-        batch_op.add_column(sa.Column("submit_touched_at", sa.Float(), nullable=True))
-        batch_op.create_index(
-            "ix_jobs_submitting",
-            ["id"],
-            unique=False,
-            postgresql_where=sa.text("submitting"),
-            sqlite_where=sa.text("submitting = 1"),
-        )
+    # Plain ALTER TABLE ADD COLUMN, not a batch: on SQLite a batch copies and drops ``jobs``, and
+    # dropping it with foreign keys on would cascade-delete every item.
+    op.add_column("jobs", sa.Column("submitting", sa.Boolean(), nullable=False, server_default=sa.false()))
+    op.add_column("jobs", sa.Column("photos", sa.Integer(), nullable=True))
+    op.add_column("jobs", sa.Column("landed", sa.Integer(), nullable=False, server_default=sa.text("0")))
+    op.add_column("jobs", sa.Column("submit_touched_at", sa.Float(), nullable=True))
+    op.create_index(
+        "ix_jobs_submitting",
+        "jobs",
+        ["id"],
+        unique=False,
+        postgresql_where=sa.text("submitting"),
+        sqlite_where=sa.text("submitting = 1"),
+    )
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("jobs", schema=None) as batch_op:
-        batch_op.drop_index("ix_jobs_submitting")
-        batch_op.drop_column("submit_touched_at")
-        batch_op.drop_column("landed")
-        batch_op.drop_column("photos")
-        batch_op.drop_column("submitting")
+    op.drop_index("ix_jobs_submitting", table_name="jobs")
+    # SQLite >= 3.35 drops columns in place (no table copy, so no cascade).
+    op.drop_column("jobs", "submit_touched_at")
+    op.drop_column("jobs", "landed")
+    op.drop_column("jobs", "photos")
+    op.drop_column("jobs", "submitting")
