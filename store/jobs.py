@@ -429,7 +429,7 @@ def job_status(engine: Engine, job_id: int) -> JobStatus:
             params=dict(job.params or {}),
             created_at=job.created_at,
         )
-        if job.submitting:
+        if job.submitting and job.control != CANCEL:  # a cancelled one is over, landed or not
             idle = s.execute(select(db_now())).scalar_one() - (job.submit_touched_at or job.created_at)
             status.submission = {"photos": job.photos, "landed": job.landed, "idle": round(idle, 1)}
         status.state = derive_job_state(job.control, status.totals(), job.submitting)
