@@ -170,7 +170,8 @@ class Client:
         *,
         plan: Plan | None = None,
     ) -> store_jobs.Submitted:
-        """Write the job, its photos and items in one transaction; raise ``BacklogFull`` past a bound."""
+        """Write the job, its photos and items (in short chunks; see ``store.jobs.submit``) and return
+        its id; raise ``BacklogFull`` past a bound, before anything is written."""
         plan = plan or self.plan(lanes, paths, params)
         return store_jobs.submit(
             self.engine,

@@ -136,9 +136,16 @@ def status(job: int | None, as_json: bool) -> None:
     except UnknownJob as exc:
         _fail(str(exc) if job else "no jobs yet")
     if as_json:
-        click.echo(json.dumps({"job": st.job_id, "state": st.state, "lanes": st.lanes}))
+        out = {"job": st.job_id, "state": st.state, "lanes": st.lanes}
+        click.echo(json.dumps(out | ({"submission": st.submission} if st.submission else {})))
         return
     click.echo(f"job {st.job_id}: {st.state}" + (f" (control: {st.control})" if st.control else ""))
+    if st.submission:  # its photos are still landing, or its submitter died half-way
+        sub = st.submission
+        click.echo(
+            f"  submission: {sub['landed']} of {sub['photos']} photo(s) written, last chunk "
+            f"{sub['idle']:.0f} s ago; nothing runs until it completes (cancel it if its submitter died)"
+        )
     for lane in st.lane_order:
         counts = st.lanes.get(lane, {})
         parts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))

@@ -129,6 +129,20 @@ class Settings:
     max_attempts: int = 3
     env: dict[str, str] = field(default_factory=dict, repr=False)
 
+    @property
+    def heartbeat_explicit(self) -> float | None:
+        """``PHOTOJOBS_HEARTBEAT_INTERVAL`` when set; unset, each worker derives its interval from
+        the shortest lease TTL of the lanes it serves (``middleware.heartbeat``)."""
+        return self.heartbeat_interval if self.env.get("PHOTOJOBS_HEARTBEAT_INTERVAL") else None
+
+    def check_leases(self) -> None:
+        """Lease TTLs positive, an explicit heartbeat interval below half of every lane's TTL
+        (``store.errors.ConfigError`` naming the variable otherwise)."""
+        from middleware.heartbeat import check_heartbeat
+        from photojobs.lanes import all_lanes
+
+        check_heartbeat(all_lanes(self.env), self.heartbeat_explicit, self.env)
+
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, state_dir: Path | None = None) -> Settings:
         """The settings, every one checked (:class:`ConfigError` names the first bad one),
@@ -156,4 +170,5 @@ class Settings:
         )
         all_lanes(env)  # the lane overrides: ConfigError naming the variable
         _int(env, "PHOTOJOBS_FLEET_PROCESSES", 2)
+        settings.check_leases()
         return settings

@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Float,
     ForeignKey,
     Index,
@@ -17,6 +18,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql.elements import ColumnElement
 
 # Item states (DESIGN.md "Model").
 WAITING = "waiting"  # an earlier lane of the pipeline is not done for this photo
@@ -56,6 +58,23 @@ class Job(Base):
     fingerprint: Mapped[str] = mapped_column(String(64), index=True)
     control: Mapped[str | None] = mapped_column(String(16), nullable=True)
     created_at: Mapped[float] = mapped_column(Float)
+    # Submission lands in chunks (store.jobs.submit): while ``submitting`` is true the job's items
+    # are not dispatched; ``photos`` is how many photos the submission announced, ``landed`` how many
+    # are written, ``submit_touched_at`` the database time of the last chunk (a crashed submitter
+    # leaves a job that stays ``submitting``; status shows how long ago it last moved).
+    submitting: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    photos: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    landed: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    submit_touched_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    __table_args__ = (
+        Index(
+            "ix_jobs_submitting",
+            "id",
+            postgresql_where=text("submitting"),
+            sqlite_where=text("submitting = 1"),
+        ),
+    )
 
 
 class Photo(Base):
@@ -194,3 +213,13 @@ class Event(Base):
         ),
         Index("ix_events_job_seq", "job_id", "seq"),
     )
+
+
+def unindexed_state(state: str) -> ColumnElement[bool]:
+    """``items.state = state`` written so that no index on ``state`` can serve it.
+
+    For statements that pick rows by primary key (``id IN (…)``) and re-check the state: without
+    statistics SQLite takes an equality on an indexed column for selective and would read every
+    pending (or waiting) item through ``ix_items_lease`` instead of looking up the listed ids.
+    """
+    return (Item.state + "") == state

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, Select, select, update
 from sqlalchemy.orm import Session
 
 from photojobs.lanes import LaneSpec
@@ -46,6 +46,18 @@ class SweepReport:
     errors: list[str] = field(default_factory=list)
 
 
+def expired_leases(limit: int) -> Select[tuple[int, int]]:
+    """Running items whose lease has expired, oldest expiry first (id, job id): a range of
+    ``ix_items_lease`` (state, lease_expires_at), so the scan reads only expired leases, not the table.
+    Taken without locks: the caller locks their jobs, then the items (lock order job -> item)."""
+    return (
+        select(Item.id, Item.job_id)
+        .where(Item.state == RUNNING, Item.lease_expires_at < db_now())
+        .order_by(Item.lease_expires_at)
+        .limit(limit)
+    )
+
+
 def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 500) -> tuple[int, int]:
     """Revoke every lease whose expiry (database clock) has passed.
 
@@ -59,12 +71,7 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
     """
     revoked = quarantined = 0
     with Session(engine) as s, s.begin():
-        candidates = s.execute(
-            select(Item.id, Item.job_id)
-            .where(Item.state == RUNNING, Item.lease_expires_at < db_now())
-            .order_by(Item.id)
-            .limit(limit)
-        ).all()
+        candidates = s.execute(expired_leases(limit)).all()
         if not candidates:
             return 0, 0
         job_ids = sorted({c.job_id for c in candidates})
