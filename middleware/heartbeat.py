@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from sqlalchemy import Engine
 
@@ -77,9 +77,13 @@ class Heartbeat:
     is handed over every ``sys.getswitchinterval()`` (5 ms).
     """
 
-    def __init__(self, engine: Engine, interval: float) -> None:
+    def __init__(
+        self, engine: Engine, interval: float, on_beat: Callable[[int], None] | None = None
+    ) -> None:
+        """``on_beat(items held)``: called after every beat, busy or idle (the worker registry)."""
         self.engine = engine
         self.interval = interval
+        self.on_beat = on_beat
         self._items: dict[int, ItemContext] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -113,6 +117,8 @@ class Heartbeat:
     def _run(self) -> None:
         while not self._stopped.wait(self.interval):
             self.beat()
+            if self.on_beat is not None:
+                self.on_beat(len(self.running()))
 
     def beat(self) -> None:
         items = self.running()

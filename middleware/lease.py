@@ -34,6 +34,7 @@ from store.fencing import fenced
 
 from .context import STOP_LOST, STOP_SHUTDOWN, ItemContext, Stopped, peek_current, set_current
 from .heartbeat import Heartbeat, heartbeat_interval_for
+from .presence import Presence
 
 log = logging.getLogger("photojobs.lease")
 
@@ -71,6 +72,7 @@ class LeaseMiddleware(Middleware):
         self._boot_lock = threading.RLock()
         self.worker = worker_identity()
         self.rejected = 0
+        self.presence = Presence(self)  # the worker registry entry (store.workers)
 
     # -- process lifetime ---------------------------------------------------------
     @property
@@ -88,7 +90,7 @@ class LeaseMiddleware(Middleware):
                 if self._heartbeat is None:
                     # All lanes until the worker boots and says which queues it serves.
                     interval = heartbeat_interval_for(self.specs.values(), self.heartbeat_interval)
-                    hb = Heartbeat(self.engine, interval)
+                    hb = Heartbeat(self.engine, interval, on_beat=self.presence.beat)
                     hb.start()
                     self._heartbeat = hb
         return self._heartbeat
@@ -107,10 +109,12 @@ class LeaseMiddleware(Middleware):
         )
         self.heartbeat.interval = heartbeat_interval_for(served, self.heartbeat_interval)
         log.debug("heartbeat every %.2f s for lanes %s", self.heartbeat.interval, [s.name for s in served])
+        self.presence.boot(s.name for s in served)
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         if self._heartbeat is not None:
             self._heartbeat.stop_all(STOP_SHUTDOWN, "worker shutting down")
+        self.presence.stop()
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         if self._heartbeat is not None:

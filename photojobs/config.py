@@ -127,6 +127,7 @@ class Settings:
     sweep_interval: float = 1.0
     republish_after: float = 5.0
     max_attempts: int = 3
+    forget_workers_after: float = 3600.0  # the sweeper forgets a worker not heard from for this long
     env: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
@@ -166,6 +167,7 @@ class Settings:
             sweep_interval=_float(env, "PHOTOJOBS_SWEEP_INTERVAL", 1.0),
             republish_after=_float(env, "PHOTOJOBS_REPUBLISH_AFTER", 5.0),
             max_attempts=_int(env, "PHOTOJOBS_MAX_ATTEMPTS", 3),
+            forget_workers_after=_float(env, "PHOTOJOBS_FORGET_WORKERS_AFTER", 3600.0),
             env=env,
         )
         all_lanes(env)  # the lane overrides: ConfigError naming the variable

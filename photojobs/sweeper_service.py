@@ -33,7 +33,11 @@ class Sweeper:
 
     def once(self) -> SweepReport:
         report = sweep_once(
-            self.engine, self.specs, self.publisher, republish_after=self.settings.republish_after
+            self.engine,
+            self.specs,
+            self.publisher,
+            republish_after=self.settings.republish_after,
+            forget_workers_after=self.settings.forget_workers_after,
         )
         self.passes += 1
         self.last = report

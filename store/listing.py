@@ -1,5 +1,5 @@
 """Read views for the web API and the CLI: job and item pages (keyset pagination), failures grouped
-by reason class, live workers from their leases, and the figures behind ``/metrics``."""
+by reason class, workers from their registry and leases, and the figures behind ``/metrics``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
+from . import workers as store_workers
 from .clock import db_now
 from .engine import reader
 from .errors import UnknownJob
@@ -204,14 +205,23 @@ def failure_groups(
     return sorted(groups.values(), key=lambda g: (order.get(g.state, 2), -g.count, g.lane, g.reason))
 
 
-def workers(engine: Engine) -> list[dict[str, Any]]:
-    """Live workers, as their leases show them: host, pid, lanes, items held, last heartbeat.
+# A registered worker is stale after this many missed beats (but never sooner than STALE_MIN s).
+STALE_BEATS = 3
+STALE_MIN = 2.0
 
-    A worker is live while it holds a running lease (``lease_owner`` is ``host:pid:nonce``); its
-    last heartbeat is when its freshest lease was last renewed (expiry minus TTL).
+
+def workers(engine: Engine) -> list[dict[str, Any]]:
+    """Workers: host, pid, lanes, items held, last heartbeat, ``state``.
+
+    From the registry (``store.workers``, written once per heartbeat, so idle workers show too):
+    ``live`` while its last beat is within ``STALE_BEATS`` beats, ``stale`` when its beats
+    stopped (killed, frozen, cut off) until the sweeper forgets it, ``stopped`` after a clean
+    shutdown. The items each holds come from the running leases (``lease_owner`` is the worker
+    id); a lease owner missing from the registry (an older worker) is listed ``live`` from its
+    leases alone, its last heartbeat the freshest renewal (expiry minus TTL). Live first.
     """
+    now, registry = store_workers.registered(engine)
     with Session(reader(engine)) as s:
-        now = s.execute(select(db_now())).scalar_one()
         rows = s.execute(
             select(
                 Item.lease_owner,
@@ -223,31 +233,64 @@ def workers(engine: Engine) -> list[dict[str, Any]]:
             ).where(Item.state == RUNNING, Item.lease_owner.is_not(None))
         ).all()
     by_owner: dict[str, dict[str, Any]] = {}
+    for reg in registry:
+        stale_after = max(STALE_BEATS * reg.interval, STALE_MIN)
+        if reg.stopped_at is not None:
+            state = "stopped"
+        elif now - reg.last_beat > stale_after:
+            state = "stale"
+        else:
+            state = "live"
+        by_owner[reg.id] = {
+            "id": reg.id,
+            "host": reg.host,
+            "pid": reg.pid,
+            "lanes": set(reg.lanes),
+            "items": [],
+            "jobs": set(),
+            "last_heartbeat": reg.last_beat,
+            "lease_expires_at": None,
+            "state": state,
+            "registered": True,
+            "started_at": reg.started_at,
+            "stopped_at": reg.stopped_at,
+            "heartbeat_interval": reg.interval,
+            "items_held": reg.items_held,
+        }
     for r in rows:
-        host, _, rest = (r.lease_owner or "").partition(":")
-        pid_text = rest.split(":", 1)[0]
-        w = by_owner.setdefault(
-            r.lease_owner,
-            {
+        host, pid = store_workers.parse_identity(r.lease_owner or "")
+        w = by_owner.get(r.lease_owner)
+        if w is None:
+            w = by_owner[r.lease_owner] = {
                 "id": r.lease_owner,
                 "host": host,
-                "pid": int(pid_text) if pid_text.isdigit() else None,
+                "pid": pid,
                 "lanes": set(),
                 "items": [],
                 "jobs": set(),
                 "last_heartbeat": None,
                 "lease_expires_at": None,
-            },
-        )
-        w["lanes"].add(r.lane)
+                "state": "live",
+                "registered": False,
+                "started_at": None,
+                "stopped_at": None,
+                "heartbeat_interval": None,
+                "items_held": None,
+            }
+        if not w["registered"]:
+            w["lanes"].add(r.lane)
         w["items"].append(r.id)
         w["jobs"].add(r.job_id)
         if r.lease_expires_at is not None:
-            beat = r.lease_expires_at - (r.lease_ttl or 0.0)
-            w["last_heartbeat"] = max(w["last_heartbeat"] or beat, beat)
+            if not w["registered"]:
+                beat = r.lease_expires_at - (r.lease_ttl or 0.0)
+                w["last_heartbeat"] = max(w["last_heartbeat"] or beat, beat)
             w["lease_expires_at"] = max(w["lease_expires_at"] or r.lease_expires_at, r.lease_expires_at)
+    order = {"live": 0, "stale": 1, "stopped": 2}
     out = []
-    for w in sorted(by_owner.values(), key=lambda w: (w["host"], w["pid"] or 0, w["id"])):
+    for w in sorted(
+        by_owner.values(), key=lambda w: (order.get(w["state"], 3), w["host"], w["pid"] or 0, w["id"])
+    ):
         out.append(
             {
                 **w,

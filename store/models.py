@@ -1,4 +1,5 @@
-"""SQLAlchemy models: jobs, photos, items, photo locks, file-effect intents and the event log."""
+"""SQLAlchemy models: jobs, photos, items, photo locks, file-effect intents, the event log and the
+worker registry."""
 
 from __future__ import annotations
 
@@ -213,6 +214,25 @@ class Event(Base):
         ),
         Index("ix_events_job_seq", "job_id", "seq"),
     )
+
+
+class Worker(Base):
+    """A worker process, as its heartbeat reports it (revision 0005): ``id`` is its lease owner
+    string (``host:pid:nonce``), ``lanes`` the lanes it serves, ``last_beat`` the database time of
+    its latest beat, ``items_held`` how many items it held then, ``stopped_at`` set by a clean
+    shutdown. Rows whose beats stopped long ago are deleted by the sweeper."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    lanes: Mapped[list[Any]] = mapped_column(JSON)
+    interval: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float] = mapped_column(Float)
+    last_beat: Mapped[float] = mapped_column(Float, index=True)
+    items_held: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    stopped_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 def unindexed_state(state: str) -> ColumnElement[bool]:

@@ -24,6 +24,7 @@ from .events import assign_cursors, emit
 from .intents import settle_orphans, sweep_stray_staged
 from .items import release_locks, skip_successors, state_for
 from .models import FAILED, RUNNING, Item, Job
+from .workers import FORGET_AFTER, forget_stale
 
 log = logging.getLogger("photojobs.sweeper")
 
@@ -43,6 +44,7 @@ class SweepReport:
     republished: int = 0
     dispatched: int = 0
     sequenced: int = 0
+    workers_forgotten: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -171,10 +173,12 @@ def sweep_once(
     republish_after: float = 2.0,
     stray_grace: float = 300.0,
     stray_every: float = 60.0,
+    forget_workers_after: float = FORGET_AFTER,
 ) -> SweepReport:
     """One pass: revoke expired leases, settle the intents of stopped items, re-publish lost
-    messages, top up every lane, number events; every ``stray_every`` seconds also remove staged
-    files no live intent owns (older than ``stray_grace``)."""
+    messages, top up every lane, number events, forget registered workers whose last beat is older
+    than ``forget_workers_after`` seconds; every ``stray_every`` seconds also remove staged files no
+    live intent owns (older than ``stray_grace``)."""
     report = SweepReport()
     try:
         report.revoked, report.quarantined = revoke_expired(engine, specs)
@@ -215,4 +219,9 @@ def sweep_once(
     except Exception as exc:  # noqa: BLE001
         log.exception("numbering events failed")
         report.errors.append(f"events: {exc}")
+    try:
+        report.workers_forgotten = forget_stale(engine, forget_workers_after)
+    except Exception as exc:  # noqa: BLE001
+        log.exception("forgetting dead workers failed")
+        report.errors.append(f"workers: {exc}")
     return report
