@@ -254,7 +254,8 @@ class Client:
         return store_retry.retry(self.engine, job_id, lane)
 
     def workers(self) -> list[dict[str, Any]]:
-        """Live workers as their leases show them (host, pid, lanes, items held, last heartbeat)."""
+        """Workers (``store.listing.workers``): host, pid, lanes, items held, last heartbeat, state
+        (live, stale, stopped), idle ones included."""
         return store_listing.workers(self.engine)
 
     def prune(self, older_than: float | str) -> store_retention.Pruned:

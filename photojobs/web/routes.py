@@ -289,7 +289,8 @@ async def stream(
 
 @api.get("/workers", tags=["workers"])
 def workers(request: Request) -> dict[str, Any]:
-    """Live workers (from their leases): host, pid, lanes, items held, last heartbeat."""
+    """Workers from their registry (idle ones too) and their leases: host, pid, lanes, items held,
+    last heartbeat, state (live, stale: beats stopped, stopped: clean shutdown)."""
     return {"workers": _cfg(request).client.workers()}
 
 

@@ -173,9 +173,15 @@ def test_control_and_workers_while_a_job_runs(server: WebServer, fleet: Fleet, p
         "/api/jobs", json={"lanes": "noop", "paths": [str(photos)], "params": {"noop.sleep": 2}}
     ).json()["job"]
     # When it runs, the workers view shows the worker with its lane, items and a fresh heartbeat
-    workers = wait_for(lambda: http.get("/api/workers").json()["workers"], 60, what="a live worker")
+    # (idle workers are listed too: wait for one that holds an item)
+    workers = wait_for(
+        lambda: [w for w in http.get("/api/workers").json()["workers"] if w["held"]],
+        60,
+        what="a live worker holding an item",
+    )
     assert workers[0]["lanes"] == ["noop"] and workers[0]["held"] >= 1 and workers[0]["pid"] > 0
     assert workers[0]["heartbeat_age"] is not None and workers[0]["heartbeat_age"] < 30
+    assert workers[0]["state"] == "live" and workers[0]["registered"] is True
     # When it is paused, paused again, resumed and finished
     paused = http.post(f"/api/jobs/{job}/pause")
     assert paused.status_code == 200 and paused.json()["status"]["state"] in ("pausing", "paused")

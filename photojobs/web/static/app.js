@@ -165,8 +165,9 @@
   async function loadWorkers() {
     try {
       const r = await api("GET", "api/workers");
-      const rows = r.workers.map((w) => el("tr", { "data-worker": w.id },
-        el("td", {}, `${w.host}:${w.pid}`), el("td", {}, w.lanes.join(",")), el("td", {}, String(w.held)),
+      const rows = r.workers.map((w) => el("tr", { "data-worker": w.id, "data-state": w.state || "live", class: `worker-${w.state || "live"}` },
+        el("td", {}, `${w.host}:${w.pid}`), el("td", {}, w.state || "live"), el("td", {}, w.lanes.join(",")),
+        el("td", {}, String(w.held)),
         el("td", {}, w.heartbeat_age == null ? "–" : `${w.heartbeat_age.toFixed(1)} s ago`)));
       $("#workers tbody").replaceChildren(...rows);
       $("#no-workers").hidden = rows.length > 0;
