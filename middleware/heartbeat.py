@@ -77,9 +77,7 @@ class Heartbeat:
     is handed over every ``sys.getswitchinterval()`` (5 ms).
     """
 
-    def __init__(
-        self, engine: Engine, interval: float, on_beat: Callable[[int], None] | None = None
-    ) -> None:
+    def __init__(self, engine: Engine, interval: float, on_beat: Callable[[int], None] | None = None) -> None:
         """``on_beat(items held)``: called after every beat, busy or idle (the worker registry)."""
         self.engine = engine
         self.interval = interval
