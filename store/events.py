@@ -131,19 +131,21 @@ def read_events(
         query = query.where(Event.job_id == job_id)
     with Session(reader(engine)) as session:
         rows: Iterable[Event] = session.execute(query).scalars().all()
-        return [
-            EventRecord(
-                cursor=int(e.seq or 0),
-                job=e.job_id,
-                item=e.item_id,
-                photo=e.photo_id,
-                lane=e.lane,
-                type=e.type,
-                attempt=e.attempt,
-                token=e.token,
-                worker=e.worker,
-                at=e.at,
-                detail=e.detail,
-            )
-            for e in rows
-        ]
+        return [record_of(e) for e in rows]
+
+
+def record_of(e: Event) -> EventRecord:
+    """An event row as readers see it (its cursor is the commit-ordered ``seq``)."""
+    return EventRecord(
+        cursor=int(e.seq or 0),
+        job=e.job_id,
+        item=e.item_id,
+        photo=e.photo_id,
+        lane=e.lane,
+        type=e.type,
+        attempt=e.attempt,
+        token=e.token,
+        worker=e.worker,
+        at=e.at,
+        detail=e.detail,
+    )

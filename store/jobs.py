@@ -421,13 +421,27 @@ def job_status(engine: Engine, job_id: int) -> JobStatus:
         job = s.get(Job, job_id)
         if job is None:
             raise UnknownJob(job_id)
-        lanes: dict[str, dict[str, int]] = {name: {} for name in job.lanes}
-        for lane, state, n in s.execute(
-            select(Item.lane, Item.state, func.count())
-            .where(Item.job_id == job_id)
-            .group_by(Item.lane, Item.state)
+        return statuses(s, [job])[0]
+
+
+def statuses(s: Session, jobs: Sequence[Job]) -> list[JobStatus]:
+    """The status of each of ``jobs`` (item counts per lane and state in one query, the derived
+    state, and a submission still landing): the one place a job's status is computed."""
+    ids = [j.id for j in jobs]
+    counts: dict[int, dict[str, dict[str, int]]] = {i: {} for i in ids}
+    if ids:
+        for job_id, lane, state, n in s.execute(
+            select(Item.job_id, Item.lane, Item.state, func.count())
+            .where(Item.job_id.in_(ids))
+            .group_by(Item.job_id, Item.lane, Item.state)
         ):
-            lanes.setdefault(lane, {})[state] = n
+            counts[job_id].setdefault(lane, {})[state] = n
+    now: float | None = None
+    out = []
+    for job in jobs:
+        lanes: dict[str, dict[str, int]] = {name: {} for name in job.lanes}
+        for lane, by_state in counts[job.id].items():
+            lanes.setdefault(lane, {}).update(by_state)
         status = JobStatus(
             job_id=job.id,
             state="",
@@ -438,10 +452,13 @@ def job_status(engine: Engine, job_id: int) -> JobStatus:
             created_at=job.created_at,
         )
         if job.submitting and job.control != CANCEL:  # a cancelled one is over, landed or not
-            idle = s.execute(select(db_now())).scalar_one() - (job.submit_touched_at or job.created_at)
+            if now is None:
+                now = s.execute(select(db_now())).scalar_one()
+            idle = now - (job.submit_touched_at or job.created_at)
             status.submission = {"photos": job.photos, "landed": job.landed, "idle": round(idle, 1)}
         status.state = derive_job_state(job.control, status.totals(), job.submitting)
-        return status
+        out.append(status)
+    return out
 
 
 def list_jobs(engine: Engine, limit: int = 20) -> list[JobStatus]:

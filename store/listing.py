@@ -14,43 +14,14 @@ from . import workers as store_workers
 from .clock import db_now
 from .engine import reader
 from .errors import UnknownJob
-from .events import EventRecord, assign_cursors
-from .jobs import JobStatus, derive_job_state
+from .events import EventRecord, assign_cursors, record_of
+from .jobs import JobStatus, statuses
 from .models import FAILED, RUNNING, SKIPPED, TERMINAL, Event, Item, Job, Photo
 from .reasons import reason_class
 
 MAX_PAGE = 1000
 # The states ``derive_job_state`` gives a job.
 JOB_STATES = ("running", "pausing", "paused", "cancelling", "cancelled", "succeeded", "failed", "partial")
-
-
-def _statuses(s: Session, jobs: Sequence[Job]) -> list[JobStatus]:
-    ids = [j.id for j in jobs]
-    counts: dict[int, dict[str, dict[str, int]]] = {i: {} for i in ids}
-    if ids:
-        for job_id, lane, state, n in s.execute(
-            select(Item.job_id, Item.lane, Item.state, func.count())
-            .where(Item.job_id.in_(ids))
-            .group_by(Item.job_id, Item.lane, Item.state)
-        ):
-            counts[job_id].setdefault(lane, {})[state] = n
-    out = []
-    for job in jobs:
-        lanes: dict[str, dict[str, int]] = {name: {} for name in job.lanes}
-        for lane, by_state in counts[job.id].items():
-            lanes.setdefault(lane, {}).update(by_state)
-        st = JobStatus(
-            job_id=job.id,
-            state="",
-            control=job.control,
-            lanes=lanes,
-            lane_order=list(job.lanes),
-            params=dict(job.params or {}),
-            created_at=job.created_at,
-        )
-        st.state = derive_job_state(job.control, st.totals())
-        out.append(st)
-    return out
 
 
 def list_jobs(
@@ -72,7 +43,7 @@ def list_jobs(
             jobs = list(s.execute(q).scalars())
             if not jobs:
                 return found, None
-            for st in _statuses(s, jobs):
+            for st in statuses(s, jobs):
                 cursor = st.job_id
                 if state is None or st.state == state:
                     found.append(st)
@@ -374,7 +345,7 @@ def _job_states(engine: Engine) -> list[str]:
         if not active_ids:
             return []
         jobs = list(s.execute(select(Job).where(Job.id.in_(active_ids))).scalars())
-        return [st.state for st in _statuses(s, jobs)]
+        return [st.state for st in statuses(s, jobs)]
 
 
 def latest_events(engine: Engine, *, job_id: int | None = None, limit: int = 50) -> list[EventRecord]:
@@ -385,19 +356,4 @@ def latest_events(engine: Engine, *, job_id: int | None = None, limit: int = 50)
         q = q.where(Event.job_id == job_id)
     with Session(reader(engine)) as s:
         rows = list(s.execute(q).scalars())
-    return [
-        EventRecord(
-            cursor=int(e.seq or 0),
-            job=e.job_id,
-            item=e.item_id,
-            photo=e.photo_id,
-            lane=e.lane,
-            type=e.type,
-            attempt=e.attempt,
-            token=e.token,
-            worker=e.worker,
-            at=e.at,
-            detail=e.detail,
-        )
-        for e in reversed(rows)
-    ]
+    return [record_of(e) for e in reversed(rows)]
