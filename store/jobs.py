@@ -553,22 +553,6 @@ def resume(engine: Engine, job_id: int) -> int:
     return n
 
 
-def failure_reasons(engine: Engine, job_id: int, top: int = 3) -> dict[str, list[tuple[str, int]]]:
-    """Per lane, the most frequent errors of failed items: {lane: [(error, count), …]}."""
-    out: dict[str, list[tuple[str, int]]] = {}
-    with Session(reader(engine)) as s:
-        rows = s.execute(
-            select(Item.lane, Item.error, func.count().label("n"))
-            .where(Item.job_id == job_id, Item.state == FAILED)
-            .group_by(Item.lane, Item.error)
-            .order_by(func.count().desc())
-        ).all()
-    for lane, error, n in rows:
-        if len(out.setdefault(lane, [])) < top:
-            out[lane].append((error or "unknown error", n))
-    return out
-
-
 def event_type_counts(engine: Engine, job_id: int, types: Sequence[str]) -> dict[str, int]:
     """How many events of each type the job has (e.g. lease_expired = recoveries)."""
     from .models import Event
