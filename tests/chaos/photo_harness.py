@@ -105,9 +105,9 @@ def make_photos(folder: Path, seed: int) -> list[Path]:
     return paths
 
 
-def process_states(pgid: int) -> dict[int, str]:
-    """{pid: state letter} of the processes of process group ``pgid`` (from /proc)."""
-    out: dict[int, str] = {}
+def process_states() -> dict[int, set[str]]:
+    """{process group: state letters of its processes} (from /proc)."""
+    out: dict[int, set[str]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -117,8 +117,8 @@ def process_states(pgid: int) -> dict[int, str]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 2 and int(fields[2]) == pgid:
-            out[int(entry)] = fields[0]
+        if len(fields) > 2:
+            out.setdefault(int(fields[2]), set()).add(fields[0])
     return out
 
 
@@ -200,11 +200,11 @@ class PhotoChaosRun(ChaosRun):
     def maintain(self) -> None:
         """Thaw workers a failpoint froze (after a while: they wake as zombies), replace dead
         workers, keep a sweeper running; fail fast when workers keep dying on their own."""
+        groups = process_states()
         for w in self.workers:
             if not isinstance(w, PhotoWorker) or w.frozen or w.proc.poll() is not None:
                 continue
-            states = process_states(w.proc.pid)
-            if any(s == "T" for s in states.values()):
+            if "T" in groups.get(w.proc.pid, set()):
                 seconds = self.rng.uniform(2.5, 6.0)
                 w.thaw = threading.Timer(seconds, self._thaw, args=(w,))
                 w.thaw.daemon = True
@@ -290,7 +290,12 @@ class PhotoChaosRun(ChaosRun):
         paths = self.current_paths()
         ids = sorted(paths)
         hot = rng.sample(ids, min(HOT, len(ids)))
-        mover = rng.choices(["rename", "analysis_rename", "archive"], [4, 3, 1.2])[0]
+        # The second wave archives (moves photos out of the root), the others mostly rename.
+        mover = (
+            "archive"
+            if self.wave == 2
+            else rng.choices(["rename", "analysis_rename", "archive"], [4, 3, 1])[0]
+        )
         kinds = ["shift", mover]
         names, weights = list(EXTRA_KINDS), list(EXTRA_KINDS.values())
         kinds += rng.choices(names, weights, k=rng.randint(2, 4))
@@ -397,10 +402,15 @@ class PhotoChaosRun(ChaosRun):
         return self.act_freeze_holder(long=True)
 
     def act_kill(self) -> None:
+        """SIGKILL a whole worker (main process and child), whatever it holds."""
         w = self.workers[self.rng.randrange(len(self.workers))]
         if isinstance(w, PhotoWorker):
             w.killed = True
-        super().act_kill()
+        if w.thaw is not None:
+            w.thaw.cancel()
+        self._kill(w.proc)
+        self.actions["sigkill"] += 1
+        self.note(f"SIGKILL worker pid {w.proc.pid}{' (frozen)' if w.frozen else ''}")
 
     def _controllable(self) -> list[PhotoJob]:
         return [j for j in self.wave_jobs() if not j.cancelled]
@@ -474,7 +484,7 @@ class PhotoChaosRun(ChaosRun):
         )
         self.note(f"{len(made)} photos; wave 1: submit job {job_id} analysis over all of them")
         paths = self.current_paths()
-        for kind in ("shift", "keywords", "rename", "upload", "noop"):
+        for kind in ("shift", "keywords", "rename", "upload", "bundle", "noop"):
             self.submit_job(kind, self.rng.sample(self.photo_ids, self.rng.randint(6, 12)), paths)
         self.start_sweeper()
         for _ in range(WORKERS):

@@ -347,7 +347,7 @@ def check_files(
         if item.lane != "upload" or item.state != "succeeded" or item.photo_id not in baseline:
             continue
         res = item.result or {}
-        loc, sha = res.get("location"), res.get("sha256")
+        loc, sha = res.get("location") or res.get("target"), res.get("sha256")  # target: recovered
         if not loc or not Path(loc).is_file():
             bad.append(f"item {item.id} (upload): its upload {loc} is missing")
             continue

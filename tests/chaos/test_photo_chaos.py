@@ -74,6 +74,8 @@ FILE_KINDS = (
     ("modification time changed", "file modification time changed"),
     ("(upload)", "upload wrong"),
     ("(bundle)", "bundle wrong"),
+    ("ran on a path the photo no longer had", "item ran on a stale path (move applied, not marked)"),
+    ("failed with an unexpected error", "item failed with an unexpected error"),
 )
 
 
@@ -123,6 +125,10 @@ def photo_job_outcome(engine: Engine, job: PhotoJob, state: str) -> list[str]:
         if job.kind == "noop":
             if "noop.fail_if matched" not in error and not error.startswith("quarantined"):
                 out.append(f"{info}: item {i.id} failed with {error!r}")
+        elif "file not found" in error:
+            # Every job names its photos by their current paths; a photo lock is held until a move is
+            # marked. An item that finds no file at the store's path ran while a move was in flight.
+            out.append(f"{info}: item {i.id} ({i.lane}) ran on a path the photo no longer had: {error[:300]}")
         elif ":" in error.split(" ", 1)[0] and error.split(":", 1)[0].isidentifier():
             out.append(f"{info}: item {i.id} ({i.lane}) failed with an unexpected error: {error[:300]}")
     return out
