@@ -497,7 +497,7 @@ def check_history(
                 walker.out.append(f"cursor {e.cursor}: {e.type} without an item")
             else:
                 walker.item_event(e)
-        elif e.type in INTENT_EVENTS:
+        elif e.type in INTENT_EVENTS or e.type.startswith("intent_"):  # settle kinds may grow
             walker.intent_event(e)
         elif e.type not in OTHER_EVENTS:
             walker.out.append(f"cursor {e.cursor}: unknown event type {e.type!r}")
