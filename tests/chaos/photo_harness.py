@@ -301,7 +301,7 @@ class PhotoChaosRun(ChaosRun):
         kinds += rng.choices(names, weights, k=rng.randint(2, 4))
         rng.shuffle(kinds)
         for kind in kinds:
-            size = rng.randint(5, 12)
+            size = rng.randint(6, 16)
             from_hot = rng.sample(hot, min(len(hot), max(2, int(size * 0.7))))
             rest = [i for i in ids if i not in from_hot]
             chosen = from_hot + rng.sample(rest, min(len(rest), size - len(from_hot)))

@@ -363,7 +363,7 @@ def check_files(
         if item.lane != "archive" or item.photo_id is not None or item.state != "succeeded":
             continue
         res = item.result or {}
-        where = res.get("bundle")
+        where = res.get("bundle") or res.get("target")  # target: a bundle recovered by a later attempt
         if not where:
             continue
         if where not in bundle_paths:
@@ -382,13 +382,14 @@ def check_files(
         except (zipfile.BadZipFile, ValueError) as exc:
             bad.append(f"item {item.id} (bundle): {where} is not a readable bundle: {exc}")
             continue
-        if len(members) != res.get("photos"):
+        if "photos" in res and len(members) != res["photos"]:
             bad.append(
                 f"item {item.id} (bundle): {len(members)} members, its result says {res.get('photos')}"
             )
         rep.counts["bundles_verified"] += 1
-    for leftover in sorted(bundle_paths):
-        bad.append(f"bundle {leftover} belongs to no succeeded bundle item")
+    published = {i.target for i in intents if i.state == "applied"}
+    for leftover in sorted(bundle_paths - published):
+        bad.append(f"bundle {leftover} belongs to no succeeded bundle item and no applied intent")
     return rep
 
 
