@@ -298,10 +298,10 @@ class PhotoChaosRun(ChaosRun):
         )
         kinds = ["shift", mover]
         names, weights = list(EXTRA_KINDS), list(EXTRA_KINDS.values())
-        kinds += rng.choices(names, weights, k=rng.randint(2, 4))
+        kinds += rng.choices(names, weights, k=rng.randint(3, 5))
         rng.shuffle(kinds)
         for kind in kinds:
-            size = rng.randint(6, 16)
+            size = rng.randint(15, len(ids)) if kind == "noop" else rng.randint(6, 16)  # noop is cheap
             from_hot = rng.sample(hot, min(len(hot), max(2, int(size * 0.7))))
             rest = [i for i in ids if i not in from_hot]
             chosen = from_hot + rng.sample(rest, min(len(rest), size - len(from_hot)))
