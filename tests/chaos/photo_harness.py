@@ -16,6 +16,7 @@ SIGTERM; Redis FLUSHALL; extra sweepers started and killed; cancel, pause and re
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -67,6 +68,35 @@ KINDS: dict[str, list[str]] = {
     "noop": ["noop"],
 }
 EXTRA_KINDS = {"analysis": 1.0, "keywords": 1.5, "shift": 0.8, "upload": 1.2, "bundle": 0.6, "noop": 1.0}
+
+
+# Per minute of chaos (at least 1 each): what a run must have seen to count as a test.
+MINIMUM_PER_MINUTE = {
+    "lease_expired": 4,
+    "stale_commit_rejected": 1,
+    "item_republished": 1,
+    "item_deferred": 3,
+    "effects_recovered": 1,
+    "sigkill_holder": 2,
+    "sigstop_holder_long": 1,
+    "failpoint_kill": 1,
+    "failpoint_stop": 0.5,
+    "flushall": 0.5,
+    "sweeper": 0.5,
+    "pause": 1,
+    "resume": 1,
+    "cancel": 0.5,
+    "items": 200,
+}
+
+
+def minimums(seconds: float) -> dict[str, int]:
+    out = {k: max(1, math.floor(v * seconds / 60)) for k, v in MINIMUM_PER_MINUTE.items()}
+    for pair in os.environ.get("PHOTOJOBS_CHAOS_MINIMUMS", "").split(","):
+        name, sep, value = pair.partition("=")
+        if sep:
+            out[name.strip()] = int(value)
+    return out
 
 
 @dataclass

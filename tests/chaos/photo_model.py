@@ -286,7 +286,13 @@ def check_files(
         if p.get("exif.keywords") is not None:
             cursor = max(applied_at.get(i.id, 0) for i in applied)
             if item.photo_id not in last_keywords or cursor > last_keywords[item.photo_id][0]:
-                last_keywords[item.photo_id] = (cursor, _keywords(p["exif.keywords"]), item.id)
+                wanted = p["exif.keywords"]  # normalised to a list at submission; a raw "a,b" too
+                listed = wanted if isinstance(wanted, list) else str(wanted).split(",")
+                last_keywords[item.photo_id] = (
+                    cursor,
+                    [str(k).strip() for k in listed if str(k).strip()],
+                    item.id,
+                )
 
     # -- metadata ---------------------------------------------------------------------------------
     tags = read_tags(list(current.values()))

@@ -17,7 +17,6 @@ test``; long run: 300 s, ``make chaos``). One store: ``pytest tests/chaos -k 'ph
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections import Counter
@@ -28,7 +27,7 @@ from sqlalchemy import Engine
 
 from tests.chaos.checker import analyse
 from tests.chaos.harness import chaos_seconds, chaos_seed
-from tests.chaos.photo_harness import PhotoChaosRun, PhotoJob
+from tests.chaos.photo_harness import PhotoChaosRun, PhotoJob, minimums
 from tests.chaos.photo_model import check_files, effects_recovered
 from tests.support import Fleet, RedisServer, items_of
 
@@ -36,26 +35,6 @@ SEED = chaos_seed()
 SHORT = chaos_seconds(75.0)
 LONG = chaos_seconds(300.0)
 MAX_ATTEMPTS = 20  # photo lanes; a photo that kills its worker 20 times is quarantined (reported)
-
-# Per minute of chaos (at least 1 each): what a run must have seen to count as a test.
-MINIMUM_PER_MINUTE = {
-    "lease_expired": 4,
-    "stale_commit_rejected": 1,
-    "item_republished": 1,
-    "item_deferred": 3,
-    "effects_recovered": 1,
-    "sigkill_holder": 2,
-    "sigstop_holder_long": 1,
-    "failpoint_kill": 1,
-    "failpoint_stop": 0.5,
-    "flushall": 0.5,
-    "sweeper": 0.5,
-    "pause": 1,
-    "resume": 1,
-    "cancel": 0.5,
-    "items": 200,
-}
-
 
 # Violations of the file model by kind (the grouping of the report and the summary line).
 FILE_KINDS = (
@@ -96,15 +75,6 @@ def by_kind(violations: list[str], limit: int = 40) -> str:
         examples.setdefault(kind_of(v), v)
     first = "\n".join(f"  - {v[:700]}" for v in list(examples.values())[:limit])
     return f"{len(violations)} violation(s) by kind:\n{head}\none of each kind:\n{first}"
-
-
-def minimums(seconds: float) -> dict[str, int]:
-    out = {k: max(1, math.floor(v * seconds / 60)) for k, v in MINIMUM_PER_MINUTE.items()}
-    for pair in os.environ.get("PHOTOJOBS_CHAOS_MINIMUMS", "").split(","):
-        name, sep, value = pair.partition("=")
-        if sep:
-            out[name.strip()] = int(value)
-    return out
 
 
 def photo_job_outcome(engine: Engine, job: PhotoJob, state: str) -> list[str]:

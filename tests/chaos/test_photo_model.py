@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.orm import Session
 
@@ -13,6 +15,7 @@ from photojobs.lanes import lane_spec
 from photos.samples import generate_samples
 from store import jobs as store_jobs
 from store.models import Intent, Item, Photo
+from tests.chaos.photo_harness import minimums
 from tests.chaos.photo_model import check_files, take_baseline
 
 
@@ -110,3 +113,44 @@ def test_duplicates_missing_photos_staged_files_and_orphaned_intents_are_reporte
     assert "staged/temp file left behind" in found
     assert f"photo {other}: missing" in found
     assert "orphaned intent" in found
+
+
+def _exiftool(path: Path, *args: str) -> None:
+    subprocess.run(["exiftool", "-q", "-overwrite_original", "-P", *args, str(path)], check=True)
+
+
+def test_keywords_must_be_where_photo_apps_read_them_and_other_tags_stay(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # Given a keywords job whose item applied its edit, the keywords written only as XPKeywords
+    folder, baseline, photo, item = _setup(engine, tmp_path, {"exif.keywords": "sea,sun"})
+    path = Path(baseline[photo].path)
+    _intent(engine, item, photo, path, "applied")
+    with Session(engine) as s, s.begin():
+        s.execute(update(Item).where(Item.id != item).values(state="cancelled"))
+    _exiftool(path, "-XPKeywords=sea;sun")
+    # When the files are checked, Then the keywords are reported invisible
+    found = _check(engine, folder, baseline)
+    assert len(found) == 1 and "not visible as XMP-dc:Subject or IPTC:Keywords" in found[0], found
+    # When they are written as XMP dc:subject too, Then all is well
+    _exiftool(path, "-XMP-dc:Subject=sea", "-XMP-dc:Subject=sun")
+    assert _check(engine, folder, baseline) == []
+    # When a tag nobody asked to change is rewritten and the file time moves
+    _exiftool(path, "-ExifIFD:UserComment=analysis results")
+    os.utime(path, ns=(baseline[photo].mtime_ns, baseline[photo].mtime_ns + 5_000_000_000))
+    # Then both are reported
+    found = "\n".join(_check(engine, folder, baseline))
+    assert "untouched tag ExifIFD:UserComment changed" in found and "modification time changed" in found, (
+        found
+    )
+
+
+def test_minimums_scale_with_the_run_and_can_be_overridden(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the per-minute minimums, When a 5-minute run asks for its minimums
+    monkeypatch.delenv("PHOTOJOBS_CHAOS_MINIMUMS", raising=False)
+    long = minimums(300)
+    # Then they scale (>= 1,000 items) and none is below one
+    assert long["items"] >= 1000 and long["lease_expired"] == 20 and min(minimums(10).values()) == 1
+    # When the environment overrides one, Then it wins
+    monkeypatch.setenv("PHOTOJOBS_CHAOS_MINIMUMS", "stale_commit_rejected=7")
+    assert minimums(300)["stale_commit_rejected"] == 7
