@@ -52,6 +52,8 @@ HOT = 12  # photos most jobs of a wave share
 WAVE_TIMEOUT = 180.0  # a wave that has not settled by then is reported and cancelled
 EFFECT_LANES = ("exif", "rename", "archive", "upload")
 BOUNDARIES = ("after_stage", "after_record", "after_apply", "after_mark")
+# The first worker with failpoints: a frozen exif (a zombie with an intent recorded) and kills.
+FIRST_ARMED = "exif.after_record:stop,exif.after_apply,rename.after_apply,upload.after_record"
 # Boundaries where a frozen worker wakes as a zombie with an effect in flight.
 STOPPABLE = ("exif.after_stage", "exif.after_record", "exif.after_apply", "rename.after_record")
 
@@ -167,6 +169,7 @@ class PhotoChaosRun(ChaosRun):
     exits: list[str] = field(default_factory=list)  # unexpected worker exits
     findings: list[str] = field(default_factory=list)  # violations the run itself saw
     spawned: int = 0
+    armed_once: bool = False
     young_exits: int = 0  # workers in a row that exited on their own within 20 s of their start
 
     def __post_init__(self) -> None:
@@ -179,6 +182,9 @@ class PhotoChaosRun(ChaosRun):
     # -- workers --------------------------------------------------------------------------------
     def _armed(self) -> str:
         """The next boundaries to arm: a shuffled deck of every boundary, so all get their turn."""
+        if not self.armed_once:  # the first: a zombie maker, and kills in three lanes
+            self.armed_once = True
+            return FIRST_ARMED
         if len(self.deck) < 4:
             every = [f"{lane}.{b}" for lane in EFFECT_LANES for b in BOUNDARIES]
             self.rng.shuffle(every)

@@ -202,6 +202,7 @@ def run_photo_chaos(
     print(f"{tag} failpoints fired: {sorted((k, v) for k, v in faults.items() if ' ' in k)}", flush=True)
     print(f"{tag} failed items by reason: {dict(failure_summary(engine, jobs).most_common(12))}", flush=True)
     print(f"{tag} unexpected worker exits: {run.exits}", flush=True)
+    print(f"{tag} minimums {minimums(seconds)}: {'all met' if not short else 'NOT MET: ' + ', '.join(short)}")
     where = f"{summary}\nreplay: {replay}\nrun log: {tmp_path / 'chaos.log'}; worker logs: {fleet.logdir}"
     if everything:
         print(by_kind(everything), flush=True)
