@@ -372,6 +372,37 @@ class PhotoChaosRun(ChaosRun):
             return False
         return not busy
 
+    # -- job controls: an error (a deadlock between cancel and a bundle release) is a finding -------
+    def _control(self, what: str, job: ChaosJob, why: str) -> None:
+        for attempt in (1, 2, 3):
+            try:
+                getattr(super(), what)(job, why)
+                return
+            except Exception as exc:  # noqa: BLE001 - reported, then tried again
+                self.findings.append(f"{what} of job {job.id} raised {type(exc).__name__}: {str(exc)[:300]}")
+                self.note(f"{what} job {job.id} failed (attempt {attempt}): {type(exc).__name__}")
+        if what == "cancel":  # the run must still end: note the cancel as wanted
+            job.cancelled = True
+
+    def pause(self, job: ChaosJob, why: str) -> None:
+        self._control("pause", job, why)
+
+    def resume(self, job: ChaosJob, why: str) -> None:
+        self._control("resume", job, why)
+
+    def cancel(self, job: ChaosJob, why: str) -> None:
+        self._control("cancel", job, why)
+
+    def log_findings(self) -> list[str]:
+        """Deadlocks the workers and sweepers logged (PostgreSQL aborts one of the transactions)."""
+        out = []
+        for f in sorted(self.fleet.logdir.glob("*.log")):
+            text = f.read_text(errors="replace")
+            n = text.count("deadlock detected")
+            if n:
+                out.append(f"{f.name}: {n} transaction(s) aborted with 'deadlock detected'")
+        return out
+
     # -- faults aimed at lease holders ------------------------------------------------------------
     def holders(self) -> list[tuple[int, str, int, PhotoWorker]]:
         """(item, lane, pid, worker) of running items whose lease owner is a live, unfrozen worker."""

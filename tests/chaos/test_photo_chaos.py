@@ -55,6 +55,8 @@ FILE_KINDS = (
     ("(bundle)", "bundle wrong"),
     ("ran on a path the photo no longer had", "item ran on a stale path (move applied, not marked)"),
     ("failed with an unexpected error", "item failed with an unexpected error"),
+    ("deadlock detected", "deadlock (PostgreSQL aborted a transaction)"),
+    ("raised DeadlockDetected", "deadlock (PostgreSQL aborted a transaction)"),
 )
 
 
@@ -180,9 +182,17 @@ def run_photo_chaos(
     have["effects_recovered"] = sum(recovered.values())
     have["items"] = items
     short = [f"{k}: {have[k]} < {n}" for k, n in minimums(seconds).items() if have[k] < n]
-    everything = run.findings + unsettled + analysis.violations + files.violations + live + outcomes
+    everything = (
+        run.findings
+        + run.log_findings()
+        + unsettled
+        + analysis.violations
+        + files.violations
+        + live
+        + outcomes
+    )
     kinds = {
-        "run": len(run.findings),
+        "run": len(run.findings) + len(run.log_findings()),
         "settle": len(unsettled),
         "log/store": len(analysis.violations),
         "files": len(files.violations),
