@@ -45,17 +45,19 @@ from tests.support import ROOT, pid_of_owner
 LANES = ["noop", *PHOTO_LANES]  # every worker serves every lane
 WORKERS = 4
 THREADS = 2
-FAILPOINT_WORKERS = 1  # of WORKERS, while the faults last
+# Of the WORKERS, while the faults last: one "zombie maker" (freezes at exif/rename boundaries, is
+# thawed after its lease expired, and goes on) and one "killer" (dies at a boundary of the deck).
 FAILPOINT_RATE = 0.25  # chance that one hit of an armed boundary fires
 DATED_JPEGS, UNDATED_JPEGS, DATED_PNGS, UNDATED_PNGS = 26, 4, 3, 2
 HOT = 12  # photos most jobs of a wave share
-WAVE_TIMEOUT = 180.0  # a wave that has not settled by then is reported and cancelled
+WAVE_TIMEOUT = 180.0  # a wave whose movers have not settled by then is reported and cancelled
+MAX_LINGERING = 4  # jobs that move no photo and may still run when the next wave comes
 EFFECT_LANES = ("exif", "rename", "archive", "upload")
 BOUNDARIES = ("after_stage", "after_record", "after_apply", "after_mark")
-# The first worker with failpoints: a frozen exif (a zombie with an intent recorded) and kills.
-FIRST_ARMED = "exif.after_record:stop,exif.after_apply,rename.after_apply,upload.after_record"
-# Boundaries where a frozen worker wakes as a zombie with an effect in flight.
-STOPPABLE = ("exif.after_stage", "exif.after_record", "exif.after_apply", "rename.after_record")
+# What the zombie maker arms: a frozen exif or rename (a zombie with an effect in flight).
+ZOMBIE_ARMED = ",".join(
+    f"{p}:stop" for p in ("exif.after_stage", "exif.after_record", "exif.after_apply", "rename.after_record")
+)
 
 # Job kinds: lanes and parameters (filled in per job by ``job_params``).
 KINDS: dict[str, list[str]] = {
@@ -88,12 +90,15 @@ MINIMUM_PER_MINUTE = {
     "pause": 1,
     "resume": 1,
     "cancel": 0.5,
-    "items": 200,
+    "items": 150,
 }
+LONG_RUN_ITEMS = 1000  # a run of 5 minutes or more handles at least this many items
 
 
 def minimums(seconds: float) -> dict[str, int]:
     out = {k: max(1, math.floor(v * seconds / 60)) for k, v in MINIMUM_PER_MINUTE.items()}
+    if seconds >= 300:
+        out["items"] = max(out["items"], LONG_RUN_ITEMS)
     for pair in os.environ.get("PHOTOJOBS_CHAOS_MINIMUMS", "").split(","):
         name, sep, value = pair.partition("=")
         if sep:
@@ -169,7 +174,7 @@ class PhotoChaosRun(ChaosRun):
     exits: list[str] = field(default_factory=list)  # unexpected worker exits
     findings: list[str] = field(default_factory=list)  # violations the run itself saw
     spawned: int = 0
-    armed_once: bool = False
+    done: set[int] = field(default_factory=set)  # jobs seen terminal
     young_exits: int = 0  # workers in a row that exited on their own within 20 s of their start
 
     def __post_init__(self) -> None:
@@ -182,19 +187,25 @@ class PhotoChaosRun(ChaosRun):
     # -- workers --------------------------------------------------------------------------------
     def _armed(self) -> str:
         """The next boundaries to arm: a shuffled deck of every boundary, so all get their turn."""
-        if not self.armed_once:  # the first: a zombie maker, and kills in three lanes
-            self.armed_once = True
-            return FIRST_ARMED
         if len(self.deck) < 4:
             every = [f"{lane}.{b}" for lane in EFFECT_LANES for b in BOUNDARIES]
             self.rng.shuffle(every)
             self.deck.extend(every)
         picked, self.deck = self.deck[:4], self.deck[4:]
-        return ",".join(p + (":stop" if p in STOPPABLE and self.rng.random() < 0.5 else "") for p in picked)
+        return ",".join(picked)
 
     def start_worker(self) -> Worker:
-        with_failpoints = not self.calm and sum(bool(w.failpoints) for w in self.workers) < FAILPOINT_WORKERS
-        armed = self._armed() if with_failpoints else ""
+        roles = {
+            w.failpoints == ZOMBIE_ARMED for w in self.workers if isinstance(w, PhotoWorker) and w.failpoints
+        }
+        if self.calm:
+            armed = ""
+        elif True not in roles:
+            armed = ZOMBIE_ARMED
+        elif False not in roles:
+            armed = self._armed()
+        else:
+            armed = ""
         env = {**self.fleet.env, **worker_env(THREADS, {})}
         cmd = worker_command(LANES, THREADS)
         if armed:
@@ -352,25 +363,37 @@ class PhotoChaosRun(ChaosRun):
     def wave_jobs(self) -> list[PhotoJob]:
         return [j for j in self.jobs if isinstance(j, PhotoJob) and j.wave == self.wave]
 
+    def moves(self, job: PhotoJob) -> bool:
+        """Whether the job can change photo paths (rename, or archive without a bundle)."""
+        return "rename" in job.lanes or ("archive" in job.lanes and job.params.get("archive.bundle") != "zip")
+
     def wave_settled(self) -> bool:
-        """True once every job of the wave is terminal; paused ones left over are resumed."""
-        jobs = self.wave_jobs()
-        states = {j.id: self.client.status(j.id).state for j in jobs}
-        busy = [j for j in jobs if states[j.id] not in SETTLED_JOB_STATES]
-        paused = [j for j in jobs if states[j.id] == "paused"]
-        if not busy and paused:
-            for j in paused:
+        """True when the next wave may be submitted: no job that moves photos is still active (so
+        every path the store records is final until the next wave's movers run) and at most
+        ``MAX_LINGERING`` other jobs still are. Paused movers left over are resumed."""
+        active = []
+        for j in self.jobs:
+            if j.id in self.done or not isinstance(j, PhotoJob):
+                continue
+            state = self.client.status(j.id).state
+            if state in SETTLED_JOB_STATES and state != "paused":
+                self.done.add(j.id)
+            else:
+                active.append((j, state))
+        movers = [(j, st) for j, st in active if self.moves(j)]
+        if movers and all(st == "paused" for _, st in movers):
+            for j, _ in movers:
                 if not j.cancelled:
                     self.resume(j, "end of the wave")
             return False
-        if busy and time.monotonic() - self.wave_started > WAVE_TIMEOUT:
-            stuck = {j.id: states[j.id] for j in busy}
+        if movers and time.monotonic() - self.wave_started > WAVE_TIMEOUT:
+            stuck = {j.id: st for j, st in movers}
             self.findings.append(f"wave {self.wave}: jobs {stuck} did not settle within {WAVE_TIMEOUT:g}s")
-            for j in busy:
+            for j, _ in movers:
                 if not j.cancelled:
                     self.cancel(j, "wave stuck")
             return False
-        return not busy
+        return not movers and len(active) <= MAX_LINGERING
 
     # -- job controls: an error (a deadlock between cancel and a bundle release) is a finding -------
     def _control(self, what: str, job: ChaosJob, why: str) -> None:
@@ -480,7 +503,7 @@ class PhotoChaosRun(ChaosRun):
         self.note(f"SIGKILL worker pid {w.proc.pid}{' (frozen)' if w.frozen else ''}")
 
     def _controllable(self) -> list[PhotoJob]:
-        return [j for j in self.wave_jobs() if not j.cancelled]
+        return [j for j in self.jobs if isinstance(j, PhotoJob) and j.id not in self.done and not j.cancelled]
 
     def act_pause(self) -> None:
         pool = self._controllable()
