@@ -1,17 +1,21 @@
 """The photo chaos run: concurrent jobs of every photo lane over one shared set of real photos,
 real worker processes, and seeded faults aimed at the workers that hold leases.
 
-Jobs come in *waves*. A wave's jobs are submitted together, at a moment when no job is active, so
-each names its photos by the path the store records for them then; inside a wave, jobs overlap on
-a "hot" set of photos, so a rename or an archive moves photos under the feet of an exif, upload or
-bundle job of the same wave (items read the photo's current path from the store when claimed).
-The next wave starts once every job of the wave settled.
+Jobs come in *waves*. A wave's jobs are submitted together, at a moment when no job that moves
+photos (rename, archive) is active, so each names its photos by the path the store records for
+them then, and that path is final until the wave's own movers run. Inside a wave, jobs overlap on a
+"hot" set of photos, so a rename or an archive moves photos under the feet of the exif, upload,
+analysis and bundle jobs of the same wave and of earlier ones still running (items read the
+photo's current path from the store when claimed). The store's photo ids come from a first job
+over every photo; the model of the files (``photo_model``) is keyed by them.
 
 Faults: SIGKILL or SIGSTOP/SIGCONT of the process named by a running item's ``lease_owner``
-(``host:pid:nonce``); workers started with failpoints armed at the step boundaries of the file
-effects (``tests.chaos.failpoint_actors``: each hit fires with a probability, killing or freezing
-the worker there; a worker a failpoint froze is thawed after a while, as a zombie); graceful
-SIGTERM; Redis FLUSHALL; extra sweepers started and killed; cancel, pause and resume of jobs.
+(``host:pid:nonce``: the pid of the dramatiq *worker* process, a child of the ``dramatiq`` main
+process whose process group the run started); workers started with failpoints armed at the step
+boundaries of the file effects (``tests.chaos.failpoint_actors``: each hit fires with a
+probability): a "zombie maker" that freezes at exif/rename boundaries and is thawed after its lease
+expired, and a "killer" that dies at a boundary dealt from a deck of all of them; graceful SIGTERM;
+Redis FLUSHALL; extra sweepers started and killed; cancel, pause and resume of jobs.
 """
 
 from __future__ import annotations
