@@ -38,6 +38,8 @@ MAX_ATTEMPTS = 20  # photo lanes; a photo that kills its worker 20 times is quar
 
 # Violations of the file model by kind (the grouping of the report and the summary line).
 FILE_KINDS = (
+    ("ran on a path the photo no longer had", "item ran on a stale path (move applied, not marked)"),
+    ("failed with an unexpected error", "item failed with an unexpected error"),
     ("staged/temp file left behind", "staged file left behind"),
     (" times: duplicate", "duplicate or resurrected file"),
     ("missing at the path the store records", "photo missing at its store path"),
@@ -53,8 +55,6 @@ FILE_KINDS = (
     ("modification time changed", "file modification time changed"),
     ("(upload)", "upload wrong"),
     ("(bundle)", "bundle wrong"),
-    ("ran on a path the photo no longer had", "item ran on a stale path (move applied, not marked)"),
-    ("failed with an unexpected error", "item failed with an unexpected error"),
     ("deadlock detected", "deadlock (PostgreSQL aborted a transaction)"),
     ("raised DeadlockDetected", "deadlock (PostgreSQL aborted a transaction)"),
 )
