@@ -14,7 +14,7 @@ from photos.archive import archive_relpath, build_bundle, verify_bundle
 from photos.errors import PhotoError
 from store.items import bundle_members
 
-from .common import facts_for, params, photo_path, photo_root
+from .common import facts_for, fallback_time, params, photo_path, photo_root
 from .effects import FileEffects, TargetTaken, result_of
 from .lane import lane_actor
 from .moves import MAX_SUFFIX, move_photo
@@ -33,7 +33,7 @@ def archive(ctx: ItemContext) -> dict[str, Any]:
         return _bundle(ctx, effects, root, opts["bundle"])
     path = photo_path(ctx)
     facts = facts_for(ctx, path)
-    relpath = archive_relpath(facts, path, path.stat().st_mtime)
+    relpath = archive_relpath(facts, path, fallback_time(facts, path))
     result = move_photo(ctx, effects, path, root, relpath, [])
     prune_empty_dirs(path.parent, photo_root(ctx, path))
     return result

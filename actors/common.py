@@ -31,11 +31,22 @@ def photo_root(ctx: ItemContext, path: Path) -> Path:
 
 
 def facts_for(ctx: ItemContext, path: Path) -> dict[str, Any]:
-    """This job's analysis facts for the photo, or a fresh analysis when the job has none."""
+    """This job's analysis facts for the photo, or a fresh analysis when the job has none; with
+    ``file_time`` (the file's modification time recorded at submission) when the store has it."""
     facts = photo_facts(ctx.engine, ctx.lease.job_id, ctx.lease.photo_id)
     if facts and facts.get("sha256"):
         return facts
-    return analyze(path)
+    fresh = analyze(path)
+    if facts and facts.get("file_time") is not None:
+        fresh["file_time"] = facts["file_time"]
+    return fresh
+
+
+def fallback_time(facts: dict[str, Any], path: Path) -> float:
+    """The time a photo without a capture time is named after: the file time recorded at submission
+    (stable across later edits), else (photos recorded before revision 0003) the file's mtime now."""
+    file_time = facts.get("file_time")
+    return float(file_time) if file_time is not None else path.stat().st_mtime
 
 
 def params(ctx: ItemContext) -> dict[str, Any]:

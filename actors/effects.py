@@ -3,26 +3,28 @@
 Order of every effect: stage the output next to its target (fsynced) -> record an intent in a
 fenced transaction -> apply it with one atomic operation (fsync the directory) -> mark it applied
 in a fenced transaction, moving the photo's path/hash in the store with it. A recovering attempt
-first finishes or discards every intent its predecessors left ``recorded``; a zombie's late apply
-finds its staged file (or its source) gone and changes nothing.
+first finishes or discards every intent its predecessors left ``recorded``, deciding from the content on
+disk (``photos.recovery``) and consuming the staged file first; a zombie's late apply finds its
+staged file gone and changes nothing. Until an intent is settled it holds the item's photo locks.
 
 Intent kinds:
 - ``replace``: ``staged`` takes the place of ``target`` (an EXIF edit of the photo in place).
-- ``move``: ``source`` moves to ``target`` without clobbering (rename, archive).
+- ``move``: ``source`` moves to ``target`` without clobbering (rename, archive); ``staged`` is a hard
+  link of the photo made for this attempt, so recovery can take it away from a zombie.
 - ``publish``: ``staged`` (a copy) gets the name ``target`` without clobbering (local upload).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from middleware.context import ItemContext
 from photojobs import failpoints
-from photos import fileops
+from photos import fileops, recovery
+from photos.errors import PhotoError
 from store import intents as store_intents
 from store.intents import IntentRow, TargetTaken
 
@@ -51,7 +53,9 @@ class FileEffects:
 
     # -- recovery ---------------------------------------------------------------------------
     def recover(self) -> list[Applied]:
-        """Finish or discard the intents earlier attempts of this item left behind."""
+        """Finish or discard the intents earlier attempts of this item left behind, deciding from the
+        disk (``photos.recovery``): the staged file is consumed first, so the attempt that made it
+        can never apply it late. A photo changed by someone else fails the item, touching nothing."""
         for intent in store_intents.open_intents(self.ctx.engine, self.ctx.item_id):
             self._finish(intent)
         # An effect an earlier attempt applied (and perhaps died before finishing the item) is done:
@@ -63,30 +67,14 @@ class FileEffects:
         ]
 
     def _finish(self, intent: IntentRow) -> Applied | None:
-        target = Path(intent.target)
-        staged = Path(intent.staged)
-        if _has_content(target, intent.sha256):
-            if intent.kind == "move" and intent.source and os.path.lexists(intent.source):
-                if os.path.samefile(intent.source, target):  # linked, died before the unlink
-                    os.unlink(intent.source)
-                    fileops.fsync_dir(Path(intent.source).parent)
-            self._settle(intent, "applied", "found applied by an earlier attempt")
-            return Applied(intent.id, intent.kind, intent.target, True, "already applied")
-        try:
-            if intent.kind == "replace" and staged.exists():
-                fileops.replace_atomic(staged, target)
-            elif intent.kind == "publish" and staged.exists():
-                fileops.publish_no_clobber(staged, target)
-            elif intent.kind == "move" and intent.source and Path(intent.source).exists():
-                fileops.move_no_clobber(intent.source, target, intent.sha256, tag=self.tag)
-            else:
-                self._settle(intent, "discarded", "nothing left to apply (staged file or source gone)")
-                return None
-        except FileExistsError:
-            self._settle(intent, "discarded", f"target {target} is taken by another file")
-            return None
-        self._settle(intent, "applied", "applied by the recovering attempt")
-        return Applied(intent.id, intent.kind, intent.target, True, "applied on recovery")
+        verdict = recovery.settle_on_disk(intent.effect(), may_apply=True, tag=self.tag)
+        if verdict.state == recovery.APPLIED:
+            self._settle(intent, "applied", verdict.note)
+            return Applied(intent.id, intent.kind, intent.target, True, verdict.note)
+        self._settle(intent, "discarded", verdict.note)
+        if verdict.state == recovery.CONFLICT:
+            raise PhotoError(Path(intent.target), verdict.note)
+        return None
 
     def _settle(self, intent: IntentRow, state: str, note: str) -> None:
         moves_photo = intent.kind in ("move", "replace") and intent.photo_id == self.ctx.lease.photo_id
@@ -120,7 +108,18 @@ class FileEffects:
         return removed
 
     # -- one effect -----------------------------------------------------------------------
-    def record(self, *, kind: str, staged: Path, target: Path, source: Path | None, sha256: str) -> int:
+    def record(
+        self,
+        *,
+        kind: str,
+        staged: Path,
+        target: Path,
+        source: Path | None,
+        sha256: str,
+        base_sha256: str | None = None,
+    ) -> int:
+        """Record the intent (fenced). ``sha256`` is what ``target`` will hold, ``base_sha256`` what
+        it holds now (None for a new name)."""
         with self.ctx.fenced("record intent") as s:
             intent_id = store_intents.record(
                 s,
@@ -130,6 +129,7 @@ class FileEffects:
                 target=str(target),
                 source=str(source) if source else None,
                 sha256=sha256,
+                base_sha256=base_sha256,
                 worker=self.ctx.worker,
             )
         failpoints.hit(f"{self.lane}.after_record")
@@ -138,16 +138,26 @@ class FileEffects:
     def apply_and_mark(
         self, intent_id: int, *, kind: str, staged: Path, target: Path, source: Path | None, sha256: str
     ) -> Applied:
-        """Apply a recorded intent atomically, then mark it applied (moving the photo in the store)."""
+        """Apply a recorded intent atomically, then mark it applied (moving the photo in the store).
+
+        Right before the file operation a fenced transaction checks that the lease and the intent
+        are still live; a zombie that is revoked after that check finds its staged file consumed by
+        whoever recovers the intent (and the photo still locked by it), so nothing lands."""
+        if kind not in ("replace", "publish", "move"):
+            raise ValueError(f"unknown intent kind {kind!r}")
+        with self.ctx.fenced("apply intent") as s:
+            store_intents.assert_live(s, self.ctx.lease, intent_id)
         if kind == "replace":
             fileops.replace_atomic(staged, target)
         elif kind == "publish":
             fileops.publish_no_clobber(staged, target)
-        elif kind == "move":
-            assert source is not None
-            fileops.move_no_clobber(source, target, sha256, tag=self.tag)
         else:
-            raise ValueError(f"unknown intent kind {kind!r}")
+            assert source is not None
+            if staged != source:  # a staged hard link of the photo: it moves, then the old name goes
+                fileops.move_no_clobber(staged, target, sha256, tag=self.tag)
+                recovery.drop_moved_source(str(source), str(target), sha256)
+            else:
+                fileops.move_no_clobber(source, target, sha256, tag=self.tag)
         failpoints.hit(f"{self.lane}.after_apply")
         row = IntentRow(
             intent_id,
@@ -158,6 +168,7 @@ class FileEffects:
             str(staged),
             str(target),
             str(source) if source else None,
+            None,
             sha256,
             "recorded",
         )
@@ -165,7 +176,12 @@ class FileEffects:
         failpoints.hit(f"{self.lane}.after_mark")
         return Applied(intent_id, kind, str(target), False)
 
-    def discard(self, intent_id: int, kind: str, staged: Path, target: Path, note: str) -> None:
+    def discard(
+        self, intent_id: int, kind: str, staged: Path, target: Path, note: str, source: Path | None = None
+    ) -> None:
+        """Give up a recorded intent: remove its staged file first (never the photo), then mark it."""
+        if staged != source:
+            staged.unlink(missing_ok=True)
         row = IntentRow(
             intent_id,
             self.ctx.item_id,
@@ -174,20 +190,12 @@ class FileEffects:
             kind,
             str(staged),
             str(target),
+            str(source) if source else None,
             None,
             None,
             "recorded",
         )
         self._settle(row, "discarded", note)
-
-
-def _has_content(path: Path, sha256: str | None) -> bool:
-    if sha256 is None or not path.is_file():
-        return False
-    try:
-        return fileops.sha256_file(path) == sha256
-    except OSError:
-        return False
 
 
 def result_of(applied: Applied, **extra: Any) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The ``exif`` lane: write metadata losslessly, replacing the photo in place exactly once."""
+"""The ``exif`` lane: write metadata through exiftool (only the asked tags change, the file time is
+kept), replacing the photo in place exactly once."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from photojobs import failpoints
 from photos import fileops
 from photos.exif import ExifEdit, write_metadata
 
-from .common import facts_for, params, photo_path
+from .common import params, photo_path
 from .effects import FileEffects, result_of
 from .lane import lane_actor
 
@@ -23,11 +24,7 @@ def exif(ctx: ItemContext) -> dict[str, Any]:
     path = photo_path(ctx)
     effects.sweep_temps(path.parent)
     edit_params = params(ctx)
-    facts = facts_for(ctx, path)
-    summary = {
-        k: facts.get(k) for k in ("sha256", "width", "height", "taken", "make", "model") if facts.get(k)
-    }
-    edit = ExifEdit.from_params({**edit_params, "facts": summary})
+    edit = ExifEdit.from_params(edit_params)  # analysis results stay in the store, not in the photo
     before = fileops.sha256_file(path)
     staged = fileops.staged_path(path, effects.tag)
     write_metadata(path, staged, edit)
@@ -38,7 +35,9 @@ def exif(ctx: ItemContext) -> dict[str, Any]:
         staged.unlink(missing_ok=True)
         raise
     after = fileops.sha256_file(staged)
-    intent = effects.record(kind="replace", staged=staged, target=path, source=path, sha256=after)
+    intent = effects.record(
+        kind="replace", staged=staged, target=path, source=path, sha256=after, base_sha256=before
+    )
     applied = effects.apply_and_mark(
         intent, kind="replace", staged=staged, target=path, source=path, sha256=after
     )

@@ -8,7 +8,7 @@ from middleware.context import ItemContext
 from photojobs.params import DEFAULT_RENAME_PATTERN
 from photos.rename import render
 
-from .common import facts_for, params, photo_path, photo_root
+from .common import facts_for, fallback_time, params, photo_path, photo_root
 from .effects import FileEffects
 from .lane import lane_actor
 from .moves import move_photo
@@ -23,5 +23,6 @@ def rename(ctx: ItemContext) -> dict[str, Any]:
     path = photo_path(ctx)
     root = photo_root(ctx, path)
     facts = facts_for(ctx, path)
-    rendered = render(params(ctx).get("pattern", DEFAULT_RENAME_PATTERN), facts, path, path.stat().st_mtime)
+    pattern = params(ctx).get("pattern", DEFAULT_RENAME_PATTERN)
+    rendered = render(pattern, facts, path, fallback_time(facts, path))
     return move_photo(ctx, effects, path, root, rendered.relpath, rendered.notes)

@@ -10,7 +10,7 @@ from photojobs import failpoints
 from photos import fileops
 from photos.upload import LocalTarget, S3Target, object_key, parse_target
 
-from .common import facts_for, params, photo_path
+from .common import facts_for, fallback_time, params, photo_path
 from .effects import FileEffects, result_of
 from .lane import lane_actor
 
@@ -28,7 +28,7 @@ def upload(ctx: ItemContext) -> dict[str, Any]:
     facts = facts_for(ctx, path)
     sha = fileops.sha256_file(path)
     facts = {**facts, "sha256": sha}
-    key = object_key(opts.get("key"), facts, path)
+    key = object_key(opts.get("key"), facts, path, fallback_time(facts, path))
     target = spec.connect()
     if isinstance(target, S3Target):
         ctx.check()

@@ -8,6 +8,7 @@ repetition)::
     python -m benchmarks --items 2000 --processes 2 --threads 4 --only noop,recovery
     python -m benchmarks --only locks,analysis            # updates those two in results.json
     python -m benchmarks --quick                          # < 120 s
+    python -m benchmarks scale                            # one benchmark by name (= --only scale)
     python -m benchmarks --list
 
 A run of some benchmarks (``--only``) into an existing results file replaces their entries and
@@ -77,6 +78,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Config, argparse.Name
     )
     p.add_argument("--keep", action="store_true", help="keep the work dir (databases, logs) for inspection.")
     p.add_argument("--list", action="store_true", help="list the benchmarks and exit.")
+    p.add_argument("names", nargs="*", help="benchmarks to run (the same as --only NAME,...).")
     a = p.parse_args(argv)
     sizes = QUICK if a.quick else FULL
 
@@ -93,7 +95,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Config, argparse.Name
         photos=pick(a.photos, "PJBENCH_PHOTOS", sizes["photos"]),
         bound=pick(a.bound, "PJBENCH_BOUND", 0),
         stores=_csv(a.stores or os.environ.get("PJBENCH_STORES")) or list(STORES),
-        only=_csv(a.only or os.environ.get("PJBENCH_ONLY")),
+        only=list(a.names) + _csv(a.only or ("" if a.names else os.environ.get("PJBENCH_ONLY"))),
         quick=a.quick,
         keep=a.keep,
         pg_admin=a.pg_admin

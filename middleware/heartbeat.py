@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterable, Mapping
 
 from sqlalchemy import Engine
 
+from photojobs.lanes import LaneSpec
+from store.errors import ConfigError
 from store.items import renew
 
 from .context import STOP_CANCEL, STOP_LOST, STOP_PAUSE, ItemContext
@@ -18,6 +21,51 @@ log = logging.getLogger("photojobs.heartbeat")
 # so the freeze never happens inside a heartbeat transaction (on SQLite that would hold the one
 # write lock and stall every other process until the frozen one resumes).
 BEAT_LOCK = threading.Lock()
+
+
+HEARTBEAT_VARIABLE = "PHOTOJOBS_HEARTBEAT_INTERVAL"
+BEATS_PER_TTL = 4  # the derived interval: a quarter of the shortest TTL (3 beats may fail in a row)
+
+
+def heartbeat_interval_for(specs: Iterable[LaneSpec], explicit: float | None = None) -> float:
+    """The interval of a worker serving ``specs``: ``explicit`` (``PHOTOJOBS_HEARTBEAT_INTERVAL``)
+    when set, else a quarter of the shortest lease TTL among the lanes it serves, so a lane whose
+    ``PHOTOJOBS_LANE_<L>_LEASE_TTL`` is shorter than the global TTL is renewed in time too."""
+    if explicit is not None:
+        return explicit
+    ttls = [s.lease_ttl for s in specs]
+    return min(ttls) / BEATS_PER_TTL if ttls else 10.0 / BEATS_PER_TTL
+
+
+def _ttl_variable(lane: str, env: Mapping[str, str]) -> str:
+    key = f"PHOTOJOBS_LANE_{lane.upper()}_LEASE_TTL"
+    if key in env:
+        return key
+    return "PHOTOJOBS_LEASE_TTL" if "PHOTOJOBS_LEASE_TTL" in env else f"{key} (default)"
+
+
+def check_heartbeat(
+    specs: Mapping[str, LaneSpec], explicit: float | None, env: Mapping[str, str] | None = None
+) -> None:
+    """Refuse lease settings that cannot work: a TTL that is not positive, or an explicit heartbeat
+    interval that is not below half of every lane's TTL (a beat may be late by one interval; two
+    missed would lose the lease). Raises ``ConfigError`` naming the variable to change."""
+    env = env or {}
+    for spec in specs.values():
+        if not spec.lease_ttl > 0:
+            raise ConfigError(
+                _ttl_variable(spec.name, env), f"lease TTL {spec.lease_ttl:g} s must be positive"
+            )
+    if explicit is None:
+        return
+    for spec in sorted(specs.values(), key=lambda s: s.lease_ttl):
+        if not explicit < spec.lease_ttl / 2:
+            raise ConfigError(
+                HEARTBEAT_VARIABLE,
+                f"{explicit:g} s is not below half of lane {spec.name}'s lease TTL of {spec.lease_ttl:g} s "
+                f"({_ttl_variable(spec.name, env)}); every lease would be lost between beats. Set it "
+                f"below {spec.lease_ttl / 2:g} s, or leave it unset to use a quarter of the shortest TTL",
+            )
 
 
 class Heartbeat:

@@ -28,18 +28,22 @@ from photojobs.lanes import ACTOR_PREFIX, LaneSpec
 from photos.errors import PhotoError
 from store import items as store_items
 from store.dispatch import take_for_dispatch
-from store.errors import StaleLease
+from store.errors import DETERMINISTIC, UNAVAILABLE, StaleLease, classify_store_error, error_text
 from store.events import emit
 from store.fencing import fenced
 
 from .context import STOP_LOST, STOP_SHUTDOWN, ItemContext, Stopped, peek_current, set_current
-from .heartbeat import Heartbeat
+from .heartbeat import Heartbeat, heartbeat_interval_for
 
 log = logging.getLogger("photojobs.lease")
 
 
 def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+# Claim outcomes (store.items.claim) for an item its job paused or cancelled.
+_STOPPED = (" is paused, not claimable", " is cancelled, not claimable")
 
 
 class LeaseMiddleware(Middleware):
@@ -51,9 +55,11 @@ class LeaseMiddleware(Middleware):
         specs: dict[str, LaneSpec],
         engine_factory: Any,
         *,
-        heartbeat_interval: float,
+        heartbeat_interval: float | None = None,
         publisher_factory: Any | None = None,
     ) -> None:
+        """``heartbeat_interval``: ``PHOTOJOBS_HEARTBEAT_INTERVAL`` if set; None derives it from the
+        shortest lease TTL of the lanes this worker serves (``heartbeat_interval_for``)."""
         self.specs = specs
         self.by_actor = {s.actor: s for s in specs.values()}
         self.engine_factory = engine_factory
@@ -80,7 +86,9 @@ class LeaseMiddleware(Middleware):
         if self._heartbeat is None:
             with self._boot_lock:
                 if self._heartbeat is None:
-                    hb = Heartbeat(self.engine, self.heartbeat_interval)
+                    # All lanes until the worker boots and says which queues it serves.
+                    interval = heartbeat_interval_for(self.specs.values(), self.heartbeat_interval)
+                    hb = Heartbeat(self.engine, interval)
                     hb.start()
                     self._heartbeat = hb
         return self._heartbeat
@@ -90,6 +98,15 @@ class LeaseMiddleware(Middleware):
         if hasattr(broker, "on_rejected"):
             broker.on_rejected = self.record_rejection
         _ = self.heartbeat
+
+    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        """Beat often enough for the shortest lease TTL among the lanes this worker consumes."""
+        queues = getattr(worker, "consumer_whitelist", None)
+        served = [s for s in self.specs.values() if not queues or s.queue in queues] or list(
+            self.specs.values()
+        )
+        self.heartbeat.interval = heartbeat_interval_for(served, self.heartbeat_interval)
+        log.debug("heartbeat every %.2f s for lanes %s", self.heartbeat.interval, [s.name for s in served])
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         if self._heartbeat is not None:
@@ -140,17 +157,37 @@ class LeaseMiddleware(Middleware):
         item_id, token = message.args
         try:
             outcome = store_items.claim(self.engine, spec, item_id, token, self.worker)
-        except Exception as exc:  # noqa: BLE001 - store unreachable: the item stays queued, the sweeper re-publishes
-            log.warning("could not claim item %s (%s); leaving it to the sweeper", item_id, exc)
-            raise SkipMessage(f"store unavailable: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - judged below: unavailable, transient or deterministic
+            self._claim_raised(spec, item_id, token, exc)
         if outcome.lease is None:
-            if outcome.deferred:
-                log.debug("item %s deferred: %s", item_id, outcome.reason)
+            if outcome.deferred or outcome.reason.endswith(_STOPPED):
+                # A deferral, or the doorbell of an item its job paused or cancelled: a normal skip.
+                log.debug("item %s skipped: %s", item_id, outcome.reason)
                 raise SkipMessage(outcome.reason)
             self._reject(message, outcome.reason)
         ctx = ItemContext(lease=outcome.lease, spec=spec, engine=self.engine, worker=self.worker)
         set_current(ctx)
         self.heartbeat.add(ctx)
+
+    def _claim_raised(self, spec: LaneSpec, item_id: int, token: int, exc: Exception) -> None:
+        """A claim raised. Store unreachable: the item stays queued and the sweeper re-publishes it.
+        Otherwise the failure is recorded on the item: a deterministic error (or one that repeats)
+        counts as an attempt and ends the item ``failed`` after the lane's attempt limit, instead
+        of the message coming back every few seconds forever."""
+        kind = classify_store_error(exc)
+        error = error_text(exc)
+        if kind != UNAVAILABLE:
+            try:
+                state = store_items.claim_failed(
+                    self.engine, spec, item_id, token, error, self.worker, counts=kind == DETERMINISTIC
+                )
+            except Exception as again:  # noqa: BLE001 - the store is not answering after all
+                log.warning("could not record the failed claim of item %s: %s", item_id, error_text(again))
+            else:
+                log.warning("claim of item %s failed (%s, %s); item is now %s", item_id, kind, error, state)
+                raise SkipMessage(f"claim failed: {error}") from exc
+        log.warning("could not claim item %s (%s); leaving it to the sweeper", item_id, error)
+        raise SkipMessage(f"store unavailable: {error}") from exc
 
     def after_process_message(
         self,
@@ -202,6 +239,7 @@ class LeaseMiddleware(Middleware):
     def _succeed(self, ctx: ItemContext, result: Any) -> None:
         payload = result if isinstance(result, dict) or result is None else {"value": result}
         with fenced(self.engine, ctx.lease.item_id, ctx.lease.token, worker=self.worker, what="succeed") as s:
+            store_items.lock_for_finish(s, ctx.lease)  # job -> item before the photo writes below
             for write in ctx.at_finish:
                 write(s)
             store_items.succeed(s, ctx.lease, payload, self.worker)

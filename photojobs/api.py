@@ -1,4 +1,8 @@
-"""The Python API for the web app and the CLI: submit, status, events, cancel, pause, resume."""
+"""The Python API for the web app and the CLI: submit, status, events, cancel, pause, resume, and the
+inspection the web API needs: job and item pages, failures grouped by reason, retry, workers, prune.
+
+Every bad-input error is a ``SubmissionError`` (``BacklogFull``, ``UnknownLane``, ``BadParameter``,
+``OutsideRoots``); a control action that does not apply raises ``NotApplicable``."""
 
 from __future__ import annotations
 
@@ -13,19 +17,44 @@ from sqlalchemy import Engine
 from photojobs.config import Settings
 from photojobs.lanes import all_lanes, parse_lanes
 from photojobs.params import validate_params
+from photojobs.roots import OutsideRoots, check_found, confine
+from photos.errors import InvalidParameter
 from store import events as store_events
 from store import jobs as store_jobs
+from store import listing as store_listing
+from store import retention as store_retention
+from store import retry as store_retry
 from store.engine import make_engine
-from store.errors import BacklogFull, SubmissionError, UnknownJob
+from store.errors import BacklogFull, NotApplicable, SubmissionError, UnknownJob
 from store.schema import upgrade
 
 __all__ = [
     "BacklogFull",
+    "BadParameter",
+    "NotApplicable",
+    "OutsideRoots",
     "SubmissionError",
     "UnknownJob",
+    "UnknownLane",
     "Client",
     "collect_photos",
 ]
+
+
+class UnknownLane(SubmissionError):
+    """A lane name that does not exist (or a lane given twice, or none)."""
+
+
+class BadParameter(SubmissionError, InvalidParameter):
+    """A job parameter that is unknown for the job's lanes or malformed."""
+
+
+# Which job states each control action applies to (anything else: NotApplicable, HTTP 409).
+CONTROL_APPLIES = {
+    "cancel": ("running", "pausing", "paused"),
+    "pause": ("running",),
+    "resume": ("paused", "pausing"),
+}
 
 PHOTO_SUFFIXES = {".jpg", ".jpeg", ".png", ".tif", ".tiff", ".heic", ".heif", ".webp"}
 
@@ -94,12 +123,31 @@ class Client:
         lanes: str | Sequence[str],
         paths: Iterable[str | Path],
         params: Mapping[str, Any] | None = None,
+        *,
+        allowed_roots: Sequence[str | Path] | None = None,
     ) -> Plan:
-        """Check a job before submitting it: lanes, parameters (with defaults filled in), photos, roots."""
-        names = parse_lanes(list(lanes) if not isinstance(lanes, str) else lanes)
-        clean = validate_params(names, dict(params or {}))
-        paths_list = list(paths)
+        """Check a job before submitting it: lanes, parameters (with defaults filled in), photos, roots.
+
+        With ``allowed_roots`` (the web API's photo roots) every path, and every file found under
+        it, must lie inside one of them (``OutsideRoots`` otherwise); relative paths are taken
+        relative to the first root.
+        """
+        try:
+            names = parse_lanes(list(lanes) if not isinstance(lanes, str) else lanes)
+        except ValueError as exc:
+            raise UnknownLane(str(exc)) from None
+        if not isinstance(params, Mapping | None):
+            raise BadParameter("parameters must be an object of KEY: VALUE")
+        try:
+            clean = validate_params(names, dict(params or {}))
+        except InvalidParameter as exc:
+            raise BadParameter(str(exc)) from None
+        paths_list = [str(p) for p in paths]
+        if allowed_roots is not None:
+            paths_list = confine(paths_list, [Path(r) for r in allowed_roots])
         photos, roots = collect_photos(paths_list, any_file=names == ["noop"])
+        if allowed_roots is not None:
+            check_found(photos, [Path(r) for r in allowed_roots])
         if roots:
             base = roots[0]
             if "upload" in names:
@@ -107,7 +155,7 @@ class Client:
             if "archive" in names:
                 clean.setdefault("archive.root", f"{base}-archive")
                 clean.setdefault("archive.bundle", "none")
-        inputs = [store_jobs.PhotoInput(str(p), _size(p)) for p in photos]
+        inputs = [_photo_input(p) for p in photos]
         # "The same job" is the same command: the paths as given (resolved), lanes and params; not the
         # files found, since a rename or archive moves them out of the way.
         given = [str(Path(p).expanduser().resolve()) for p in paths_list]
@@ -122,7 +170,8 @@ class Client:
         *,
         plan: Plan | None = None,
     ) -> store_jobs.Submitted:
-        """Write the job, its photos and items in one transaction; raise ``BacklogFull`` past a bound."""
+        """Write the job, its photos and items (in short chunks; see ``store.jobs.submit``) and return
+        its id; raise ``BacklogFull`` past a bound, before anything is written."""
         plan = plan or self.plan(lanes, paths, params)
         return store_jobs.submit(
             self.engine,
@@ -151,6 +200,10 @@ class Client:
     ) -> list[store_events.EventRecord]:
         return store_events.read_events(self.engine, after=after, job_id=job_id, limit=limit)
 
+    def latest_events(self, *, job_id: int | None = None, limit: int = 50) -> list[store_events.EventRecord]:
+        """The newest ``limit`` events (of a job), oldest first; follow on from the last cursor."""
+        return store_listing.latest_events(self.engine, job_id=job_id, limit=limit)
+
     def cancel(self, job_id: int) -> int:
         return store_jobs.cancel(self.engine, job_id)
 
@@ -160,9 +213,65 @@ class Client:
     def resume(self, job_id: int) -> int:
         return store_jobs.resume(self.engine, job_id)
 
+    def control(self, action: str, job_id: int) -> int:
+        """``cancel``, ``pause`` or ``resume`` when it applies to the job's state, else ``NotApplicable``
+        (e.g. resuming a cancelled job); returns how many items changed at once."""
+        if action not in CONTROL_APPLIES:
+            raise ValueError(f"unknown action {action!r}; actions: {', '.join(CONTROL_APPLIES)}")
+        state = self.status(job_id).state
+        if state not in CONTROL_APPLIES[action]:
+            raise NotApplicable(f"cannot {action} job {job_id}: it is {state}")
+        return int(getattr(self, action)(job_id))
 
-def _size(p: Path) -> int | None:
+    def list_jobs(
+        self, *, state: str | None = None, limit: int = 20, after: int | None = None
+    ) -> tuple[list[store_jobs.JobStatus], int | None]:
+        """Jobs newest first, a page of ``limit``; pass the returned cursor as ``after`` for the next."""
+        return store_listing.list_jobs(self.engine, state=state, limit=limit, after=after)
+
+    def items(
+        self,
+        job_id: int,
+        *,
+        state: str | None = None,
+        lane: str | None = None,
+        limit: int = 100,
+        after: int | None = None,
+    ) -> tuple[list[store_listing.ItemRow], int | None]:
+        """A job's items in id order (filtered by state and lane), a page and the next cursor."""
+        return store_listing.list_items(self.engine, job_id, state=state, lane=lane, limit=limit, after=after)
+
+    def failures(self, job_id: int, examples: int = 3) -> list[store_listing.FailureGroup]:
+        """The job's failed and skipped items grouped by lane and reason class, biggest group first."""
+        self.status(job_id)  # UnknownJob
+        return store_listing.failure_groups(self.engine, job_id, examples=examples)
+
+    def retry(self, job_id: int, lane: str | None = None) -> int:
+        """Failed and cancelled items (of ``lane``) back to work, with the later lanes they held up;
+        returns how many items changed; ``NotApplicable`` when there is nothing to retry."""
+        if lane is not None and lane not in self.specs:
+            raise UnknownLane(f"unknown lane {lane}; lanes are: {', '.join(self.specs)}")
+        return store_retry.retry(self.engine, job_id, lane)
+
+    def workers(self) -> list[dict[str, Any]]:
+        """Live workers as their leases show them (host, pid, lanes, items held, last heartbeat)."""
+        return store_listing.workers(self.engine)
+
+    def prune(self, older_than: float | str) -> store_retention.Pruned:
+        """Delete finished jobs and events older than ``older_than`` (seconds, or ``"30d"``)."""
+        seconds = store_retention.parse_age(older_than) if isinstance(older_than, str) else older_than
+        return store_retention.prune(self.engine, seconds)
+
+    def destinations(self, status: store_jobs.JobStatus) -> dict[str, str]:
+        """Where the job's files go (upload target, archive root), from its parameters."""
+        keys = {"upload": "upload.target", "archive": "archive.root"}
+        return {lane: str(status.params[k]) for lane, k in keys.items() if k in status.params}
+
+
+def _photo_input(p: Path) -> store_jobs.PhotoInput:
+    """The photo with its size and modification time at submission (rename's fallback time)."""
     try:
-        return p.stat().st_size
+        st = p.stat()
     except OSError:
-        return None
+        return store_jobs.PhotoInput(str(p))
+    return store_jobs.PhotoInput(str(p), st.st_size, st.st_mtime)

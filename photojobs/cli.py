@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -14,20 +15,73 @@ from typing import Any
 import click
 
 from photojobs.cli_support import worker_command, worker_env
-from photojobs.config import Settings
+from photojobs.config import Settings, masked, service_error
+from photojobs.errors import EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE, ConfigError, ServiceUnavailable
 from photojobs.lanes import LANE_NAMES, parse_lanes
 from photojobs.params import parse_param_pairs
 from photos.errors import InvalidParameter
 from store.errors import BacklogFull, StoreError, SubmissionError, UnknownJob
 
-EX_TEMPFAIL = 75
-EX_USAGE = 64
+_DEBUG = {"on": False}
 
 
-def _client():  # type: ignore[no-untyped-def]
+def _existing_database(settings: Settings) -> None:
+    """Commands that only read or change existing jobs never create a store: a SQLite file that is
+    not there (or a folder that is not there) is an error, and nothing is created."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(settings.database_url)
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return
+    path = Path(url.database)
+    if not path.is_file():
+        where = "its folder does not exist" if not path.parent.is_dir() else "no such file"
+        raise ServiceUnavailable(
+            "the database",
+            masked(settings.database_url),
+            f"{where} (nothing was created; `photojobs submit` or `photojobs db upgrade` creates it)",
+        )
+
+
+def _client(existing: bool = False):  # type: ignore[no-untyped-def]
+    """The API client; ``existing``: a store that must already exist (read-only and control commands)."""
     from photojobs.api import Client
 
-    return Client()
+    settings = Settings.from_env()
+    if existing:
+        _existing_database(settings)  # an existing store is still brought to the current schema
+    return Client(settings)
+
+
+def _check_database(settings: Settings) -> None:
+    """A server database (PostgreSQL) accepts a connection, else exit 69 before anything starts."""
+    if settings.database_url.startswith("sqlite"):
+        return  # created on first use
+    from store.engine import make_engine
+
+    engine = make_engine(settings.database_url, pool_size=1)
+    try:
+        with engine.connect():
+            pass
+    finally:
+        engine.dispose()
+
+
+def _check_redis(settings: Settings) -> None:
+    """Redis answers PING, else :class:`ServiceUnavailable` (exit 69) before anything starts."""
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    client = redis.Redis.from_url(
+        settings.redis_url, socket_connect_timeout=5, socket_timeout=5, retry=Retry(NoBackoff(), 0)
+    )
+    try:
+        client.ping()
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise ServiceUnavailable("Redis", masked(settings.redis_url), str(exc).splitlines()[0]) from exc
+    finally:
+        client.close()
 
 
 def _fail(message: str, code: int = 1) -> None:
@@ -37,8 +91,14 @@ def _fail(message: str, code: int = 1) -> None:
 
 @click.group()
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
-def cli(verbose: int) -> None:
-    """photojobs: durable photo jobs on Dramatiq, Redis and SQLAlchemy."""
+@click.option("--debug", is_flag=True, help="Show the traceback of an error (also PHOTOJOBS_DEBUG=1).")
+def cli(verbose: int, debug: bool) -> None:
+    """photojobs: durable photo jobs on Dramatiq, Redis and SQLAlchemy.
+
+    Exit statuses: 0 done, 1 failed (job or command), 64 bad usage or setting, 69 Redis or the
+    database unreachable, 75 try again later (a lane is full, the state folder is in use).
+    """
+    _DEBUG["on"] = _DEBUG["on"] or debug
     level = logging.WARNING - 10 * verbose
     logging.basicConfig(
         level=max(level, logging.DEBUG), format="%(asctime)s %(name)s %(levelname)s %(message)s"
@@ -72,13 +132,20 @@ def submit(lanes: str, params: tuple[str, ...], as_json: bool, paths: tuple[str,
 def status(job: int | None, as_json: bool) -> None:
     """Job state and per-lane counts of items by state (the newest job if JOB is omitted)."""
     try:
-        st = _client().status(job)
+        st = _client(existing=True).status(job)
     except UnknownJob as exc:
         _fail(str(exc) if job else "no jobs yet")
     if as_json:
-        click.echo(json.dumps({"job": st.job_id, "state": st.state, "lanes": st.lanes}))
+        out = {"job": st.job_id, "state": st.state, "lanes": st.lanes}
+        click.echo(json.dumps(out | ({"submission": st.submission} if st.submission else {})))
         return
     click.echo(f"job {st.job_id}: {st.state}" + (f" (control: {st.control})" if st.control else ""))
+    if st.submission:  # its photos are still landing, or its submitter died half-way
+        sub = st.submission
+        click.echo(
+            f"  submission: {sub['landed']} of {sub['photos']} photo(s) written, last chunk "
+            f"{sub['idle']:.0f} s ago; nothing runs until it completes (cancel it if its submitter died)"
+        )
     for lane in st.lane_order:
         counts = st.lanes.get(lane, {})
         parts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
@@ -101,7 +168,7 @@ def _format_event(e: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object a line.")
 def events(job: int | None, after: int, follow: bool, as_json: bool) -> None:
     """Print the event log from a cursor; never misses an event, never repeats one."""
-    client = _client()
+    client = _client(existing=True)
     cursor = after
     while True:
         batch = client.events(after=cursor, job_id=job)
@@ -118,7 +185,7 @@ def events(job: int | None, after: int, follow: bool, as_json: bool) -> None:
 
 
 def _control(action: str, job: int) -> None:
-    client = _client()
+    client = _client(existing=True)
     try:
         n = getattr(client, action)(job)
     except UnknownJob as exc:
@@ -173,6 +240,7 @@ def sweep(once: bool) -> None:
     from store.schema import upgrade
 
     settings = Settings.from_env()
+    _check_redis(settings)
     sweeper = Sweeper(settings)
     upgrade(sweeper.engine)
     if once:
@@ -199,18 +267,37 @@ def sweep(once: bool) -> None:
 @click.option("--processes", default=2, show_default=True, help="Worker processes (each restarted alone).")
 @click.option("--threads", default=4, show_default=True, help="Threads per worker process.")
 @click.option("--no-sweeper", is_flag=True, help="Do not run a sweeper in this fleet.")
-def worker(lanes: str, processes: int, threads: int, no_sweeper: bool) -> None:
-    """Run worker processes (each its own `dramatiq actors`) plus the sweeper until SIGTERM/Ctrl-C."""
+@click.option(
+    "--watch",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Development: reload the workers when a *.py file under this folder changes.",
+)
+def worker(lanes: str, processes: int, threads: int, no_sweeper: bool, watch: Path | None) -> None:
+    """Run worker processes (each its own `dramatiq actors`) plus the sweeper until SIGTERM/Ctrl-C.
+
+    The workers stop with this command however it ends (even SIGKILL); workers that an earlier,
+    killed `photojobs worker` of this user left behind are stopped at start.
+    """
+    from photojobs.lifeline import runtime_dir, stop_orphans
     from photojobs.supervisor import Supervisor
     from photojobs.sweeper_service import Sweeper
     from store.engine import make_engine
     from store.schema import upgrade
 
     names = parse_lanes(lanes)
+    if processes < 1 or threads < 1:
+        raise ConfigError("--processes/--threads", "must be at least 1")
     settings = Settings.from_env()
+    _check_redis(settings)
     upgrade(make_engine(settings.database_url))
-    command = worker_command(names, threads)
-    sup = Supervisor(lambda i: command, processes, env=worker_env(threads))
+    records = runtime_dir()
+    orphans = stop_orphans(sorted(records.glob("worker-*.json")))
+    if orphans:
+        click.echo(f"photojobs worker: stopped {orphans} orphaned process(es) of an earlier fleet", err=True)
+    command = worker_command(names, threads, str(watch.resolve()) if watch else None)
+    sup = Supervisor(
+        lambda i: command, processes, env=worker_env(threads), record=records / f"worker-{os.getpid()}.json"
+    )
     sweeper = None if no_sweeper else Sweeper(settings)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -219,7 +306,9 @@ def worker(lanes: str, processes: int, threads: int, no_sweeper: bool) -> None:
     if sweeper:
         sweeper.start()
     click.echo(
-        f"photojobs worker: {processes} process(es) x {threads} thread(s) on {','.join(names)}", err=True
+        f"photojobs worker: {processes} process(es) x {threads} thread(s) on {','.join(names)}"
+        + (f", reloading on changes under {watch}" if watch else ""),
+        err=True,
     )
     try:
         stop.wait()
@@ -240,6 +329,7 @@ def worker(lanes: str, processes: int, threads: int, no_sweeper: bool) -> None:
     "--state", type=click.Path(path_type=Path), help="State folder (default: .photojobs next to PATH)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
+@click.option("--wait", is_flag=True, help="Wait for another run holding the state folder (else exit 75).")
 @click.option("--kill-worker-at", type=float, hidden=True, help="Demo: SIGKILL a worker at this share done.")
 @click.argument("paths", nargs=-1, required=True)
 def run(
@@ -249,6 +339,7 @@ def run(
     threads: int,
     state: Path | None,
     as_json: bool,
+    wait: bool,
     kill_worker_at: float | None,
     paths: tuple[str, ...],
 ) -> None:
@@ -256,9 +347,14 @@ def run(
 
     Ctrl-C pauses (a second Ctrl-C stops at once); the same command again resumes the job.
     """
-    from photojobs.run import RunOptions
+    from photojobs.run import RunOptions, StateFolderBusy
     from photojobs.run import run as run_job
 
+    settings = Settings.from_env()  # every setting checked before anything starts
+    if os.environ.get("PHOTOJOBS_REDIS_URL"):
+        _check_redis(settings)
+    if os.environ.get("PHOTOJOBS_DATABASE_URL"):
+        _check_database(settings)
     try:
         opts = RunOptions(
             paths=list(paths),
@@ -269,18 +365,57 @@ def run(
             state=state,
             as_json=as_json,
             kill_worker_at=kill_worker_at,
+            wait=wait,
         )
         code = run_job(opts)
+    except StateFolderBusy as exc:
+        _fail(str(exc), EX_TEMPFAIL)
     except (InvalidParameter, SubmissionError, ValueError) as exc:
         _fail(str(exc), EX_USAGE)
     sys.exit(code)
 
 
+def _settings_or_none() -> Settings | None:
+    try:
+        return Settings.from_env()
+    except Exception:  # noqa: BLE001 - only used to name the service in a message
+        return None
+
+
+from photojobs.cli_web import register as _register_web  # noqa: E402 - after the commands above
+
+_register_web(cli)
+
+
 def main() -> None:
+    """The command; an operator's mistake or an outage is one line and an exit status (see ``cli``),
+    with the traceback only under ``--debug`` / ``PHOTOJOBS_DEBUG=1``."""
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    _DEBUG["on"] = os.environ.get("PHOTOJOBS_DEBUG", "") not in ("", "0")
     try:
         cli()
+    except SystemExit:
+        raise
+    except ConfigError as exc:
+        _reraise_if_debug()
+        _fail(str(exc), EX_USAGE)
+    except (ArgumentError, NoSuchModuleError) as exc:
+        _reraise_if_debug()
+        _fail(f"PHOTOJOBS_DATABASE_URL: {str(exc).splitlines()[0]}", EX_USAGE)
     except StoreError as exc:
+        _reraise_if_debug()
         _fail(str(exc))
+    except Exception as exc:
+        err = service_error(exc, _settings_or_none())
+        if err is None or _DEBUG["on"]:
+            raise
+        _fail(str(err), EX_UNAVAILABLE)
+
+
+def _reraise_if_debug() -> None:
+    if _DEBUG["on"]:
+        raise
 
 
 if __name__ == "__main__":

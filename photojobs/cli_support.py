@@ -8,14 +8,15 @@ import sys
 from photojobs.lanes import all_lanes
 
 
-def worker_command(lanes: list[str], threads: int) -> list[str]:
-    """One ``dramatiq actors`` worker process serving ``lanes``."""
+def worker_command(lanes: list[str], threads: int, watch: str | None = None) -> list[str]:
+    """One ``dramatiq actors`` worker process serving ``lanes`` (through :mod:`photojobs.dramatiq_worker`,
+    which adds the lifeline to the supervisor); ``watch``: reload when a ``*.py`` under it changes."""
     specs = all_lanes()
     queues = [specs[n].queue for n in lanes]
     return [
         sys.executable,
         "-m",
-        "dramatiq",
+        "photojobs.dramatiq_worker",
         "actors",
         "--processes",
         "1",
@@ -23,6 +24,8 @@ def worker_command(lanes: list[str], threads: int) -> list[str]:
         str(threads),
         "--queues",
         *queues,
+        # dramatiq's default pattern "**.py" matches no absolute path under watchdog 7 (full_match)
+        *(["--watch", watch, "--watch-include", "**/*.py"] if watch else []),
     ]
 
 

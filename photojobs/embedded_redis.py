@@ -166,6 +166,14 @@ def _tail(path: Path, lines: int = 20) -> str:
     return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
 
 
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` with mode 0600."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(path, 0o600)
+
+
 def _unlink(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
@@ -209,7 +217,7 @@ class EmbeddedRedis:
         return Path("/tmp") / f"photojobs-redis-{digest}" / SOCKET_NAME
 
     def _prepare_dirs(self) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         sock_dir = self.socket_path.parent
         if sock_dir == self.state_dir:
             _unlink(self.state_dir / SOCKET_RECORD_NAME)
@@ -222,7 +230,7 @@ class EmbeddedRedis:
                 raise RuntimeError(
                     f"refusing to use {sock_dir} for the Redis socket: not a directory owned by us"
                 ) from None
-        (self.state_dir / SOCKET_RECORD_NAME).write_text(str(self.socket_path) + "\n")
+        _write_private(self.state_dir / SOCKET_RECORD_NAME, str(self.socket_path) + "\n")
 
     def _make_url(self) -> str:
         return "unix://" + quote(str(self.socket_path))
@@ -333,8 +341,10 @@ class EmbeddedRedis:
             "--logfile", str(self.log_path),
             "--dir", str(self.state_dir),
         ]  # fmt: skip
-        with open(self.log_path, "ab") as log:
+        log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        with os.fdopen(log_fd, "ab") as log:
             # Errors before redis opens its logfile (bad config) go to stderr: keep them in the log.
+            # umask 077: the pid file and the log redis creates are private like the socket (700).
             self._process = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
@@ -342,6 +352,7 @@ class EmbeddedRedis:
                 stderr=subprocess.STDOUT,
                 cwd=self.state_dir,
                 start_new_session=True,
+                umask=0o077,
             )
         self.pid = self._process.pid
         deadline = time.monotonic() + self.startup_timeout

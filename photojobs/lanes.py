@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from photojobs.errors import ConfigError
+
 SHARED = "S"
 EXCLUSIVE = "X"
 NO_LOCK = ""
@@ -82,13 +84,19 @@ LANE_NAMES: tuple[str, ...] = tuple(_DEFAULTS)
 PHOTO_LANES: tuple[str, ...] = ("analysis", "exif", "rename", "upload", "archive")
 
 
-def _coerce(value: str, like: Any) -> Any:
+def _coerce(value: str, like: Any, key: str = "") -> Any:
+    """``value`` as the type of ``like``; a malformed or negative number raises ConfigError(key)."""
     if isinstance(like, bool):
         return value.lower() in ("1", "true", "yes")
-    if isinstance(like, int):
-        return int(value)
-    if isinstance(like, float):
-        return float(value)
+    if isinstance(like, int | float):
+        kind = "whole number" if isinstance(like, int) else "number"
+        try:
+            number = int(value) if isinstance(like, int) else float(value)
+        except ValueError:
+            raise ConfigError(key, f"{value!r} is not a {kind}") from None
+        if not number >= 0 or number == float("inf"):
+            raise ConfigError(key, f"must be a {kind} >= 0, not {value!r}")
+        return number
     return value
 
 
@@ -100,15 +108,20 @@ def lane_spec(name: str, env: dict[str, str] | None = None) -> LaneSpec:
     spec = _DEFAULTS[name]
     changes: dict[str, Any] = {}
     if "PHOTOJOBS_LEASE_TTL" in env:
-        changes["lease_ttl"] = float(env["PHOTOJOBS_LEASE_TTL"])
+        changes["lease_ttl"] = _coerce(env["PHOTOJOBS_LEASE_TTL"], 0.0, "PHOTOJOBS_LEASE_TTL")
     if "PHOTOJOBS_MAX_ATTEMPTS" in env:
-        changes["max_attempts"] = int(env["PHOTOJOBS_MAX_ATTEMPTS"])
+        changes["max_attempts"] = _coerce(env["PHOTOJOBS_MAX_ATTEMPTS"], 0, "PHOTOJOBS_MAX_ATTEMPTS")
     if "PHOTOJOBS_FLEET_PROCESSES" in env:
-        changes["fleet_processes"] = int(env["PHOTOJOBS_FLEET_PROCESSES"])
+        changes["fleet_processes"] = _coerce(env["PHOTOJOBS_FLEET_PROCESSES"], 0, "PHOTOJOBS_FLEET_PROCESSES")
     for f in fields(LaneSpec):
         key = f"PHOTOJOBS_LANE_{name.upper()}_{f.name.upper()}"
         if key in env and f.name != "name":
-            changes[f.name] = _coerce(env[key], getattr(spec, f.name))
+            changes[f.name] = _coerce(env[key], getattr(spec, f.name), key)
+    for key_field in ("lease_ttl", "time_limit", "threads", "max_attempts"):
+        if key_field in changes and not changes[key_field] > 0:
+            key = f"PHOTOJOBS_LANE_{name.upper()}_{key_field.upper()}"
+            setting = key if key in env else f"PHOTOJOBS_{key_field.upper()}"
+            raise ConfigError(setting, "must be greater than 0")
     return replace(spec, **changes) if changes else spec
 
 

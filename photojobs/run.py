@@ -8,6 +8,8 @@ resumes the same job.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -25,6 +27,7 @@ from photojobs.api import Client, Plan, photo_roots
 from photojobs.cli_support import worker_command, worker_env
 from photojobs.config import Settings
 from photojobs.embedded_redis import EmbeddedRedis
+from photojobs.lifeline import start_time, stop_orphans
 from photojobs.progress import Progress, lane_row
 from photojobs.supervisor import Supervisor, SupervisorEvent
 from photojobs.sweeper_service import Sweeper
@@ -40,6 +43,7 @@ EXIT_TEMPFAIL = 75
 EXIT_WORKERS_FAILED = 3
 FINAL = {"succeeded", "failed", "partial", "cancelled"}
 WORKERS_FILE = "workers.json"
+LOCK_NAME = "run.lock"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -53,6 +57,7 @@ class RunOptions:
     state: Path | None = None
     as_json: bool = False
     kill_worker_at: float | None = None  # demo: SIGKILL one worker when this share of items is done
+    wait: bool = False  # wait for another run holding the state folder instead of refusing
 
 
 def state_dir_for(paths: list[str], state: Path | None) -> Path:
@@ -64,39 +69,82 @@ def state_dir_for(paths: list[str], state: Path | None) -> Path:
     return base.parent / ".photojobs"
 
 
-def kill_leftover_workers(state_dir: Path, console: Console, database_url: str) -> int:
-    """Kill the worker process groups a killed ``photojobs run`` left behind (recorded in the state dir).
+class StateFolderBusy(Exception):
+    """Another live ``photojobs run`` holds the state folder's lock."""
 
-    Only a ``dramatiq actors`` process whose environment names this run's database is touched, so a
-    recycled pid never takes an unrelated process down."""
-    record = state_dir / WORKERS_FILE
-    if not record.exists():
-        return 0
+    def __init__(self, state_dir: Path, holder: str) -> None:
+        self.state_dir = state_dir
+        self.holder = holder
+        super().__init__(
+            f"state folder {state_dir} is in use by {holder}; wait for it to finish, "
+            "or pass --wait to start when it does"
+        )
+
+
+def _lock_holder(path: Path) -> str:
     try:
-        pgids = json.loads(record.read_text())
-    except ValueError:
-        pgids = []
-    killed = 0
-    for pgid in pgids:
+        pid = int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return "another photojobs run"
+    return f"photojobs run pid {pid}"
+
+
+def lock_state_folder(state_dir: Path, wait: bool = False, console: Console | None = None) -> int:
+    """Take the state folder's lock (``run.lock``, an ``flock`` held for the run's lifetime) and
+    return its descriptor; it is released when the process ends, however it ends.  Raises
+    :class:`StateFolderBusy` naming the holder, or with ``wait`` blocks until the holder is done."""
+    path = state_dir / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
         try:
-            cmdline = Path(f"/proc/{pgid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        try:
-            environ = Path(f"/proc/{pgid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        ours = f"PHOTOJOBS_DATABASE_URL={database_url}".encode() in environ
-        if b"dramatiq" in cmdline and b"actors" in cmdline and ours:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-                killed += 1
-            except ProcessLookupError:
-                pass
-    record.unlink(missing_ok=True)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _lock_holder(path)
+            if not wait:
+                raise StateFolderBusy(state_dir, holder) from None
+            if console is not None:
+                console.print(f"waiting for {holder} to finish with {state_dir}", highlight=False)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {start_time(os.getpid())}\n".encode(), 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def make_private_dir(path: Path) -> None:
+    """Create ``path`` (and missing parents) with the folder itself 0700; tighten it if it exists."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.stat().st_mode & 0o077 and path.stat().st_uid == os.getuid():
+        path.chmod(0o700)
+
+
+def make_private_sqlite(url: str, state_dir: Path) -> None:
+    """A SQLite store in the state folder is created 0600 before SQLite opens it (its -wal and -shm
+    files take the database file's mode); an older, looser one is tightened."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix):
+        return
+    db = Path(url[len(prefix):])
+    if db.parent != state_dir:
+        return
+    os.close(os.open(db, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
+        with contextlib.suppress(FileNotFoundError):
+            if path.stat().st_mode & 0o077:
+                path.chmod(0o600)
+
+
+def stop_leftover_workers(state_dir: Path, console: Console) -> int:
+    """Stop the workers a killed ``photojobs run`` on this state folder left behind, found by the
+    identity recorded in ``workers.json`` (owner pid and start time, fleet token), never by name;
+    the workers of a live owner are never touched."""
+    killed = stop_orphans([state_dir / WORKERS_FILE])
     if killed:
         console.print(
-            f"stopped {killed} worker(s) left over from an earlier run that was killed", highlight=False
+            f"stopped {killed} worker process(es) left over from an earlier run that was killed",
+            highlight=False,
         )
     return killed
 
@@ -128,20 +176,21 @@ class Runner:
                 if event.kind == "gave_up":
                     what += f" - {event.message}"
                 self.events.append(what)
-        self._record_workers()
-
-    def _record_workers(self) -> None:
-        if self.supervisor is None:
-            return
-        pids = [p for p in self.supervisor.pids() if p]
-        (self.state_dir / WORKERS_FILE).write_text(json.dumps(pids))
 
     # -- the run --------------------------------------------------------------------------
     def run(self) -> int:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self.state_dir)
+        lock = lock_state_folder(self.state_dir, self.opts.wait, self.console)
+        try:
+            return self._run_locked()
+        finally:
+            os.close(lock)
+
+    def _run_locked(self) -> int:
         env = dict(os.environ)
         env.setdefault("PHOTOJOBS_DATABASE_URL", f"sqlite:///{self.state_dir / 'photojobs.db'}")
-        kill_leftover_workers(self.state_dir, self.console, env["PHOTOJOBS_DATABASE_URL"])
+        stop_leftover_workers(self.state_dir, self.console)
+        make_private_sqlite(env["PHOTOJOBS_DATABASE_URL"], self.state_dir)
         embedded: EmbeddedRedis | None = None
         if not env.get("PHOTOJOBS_REDIS_URL"):
             embedded = EmbeddedRedis(self.state_dir)
@@ -174,14 +223,13 @@ class Runner:
                 env=worker_env(self.opts.threads, env),
                 on_event=self._on_worker_event,
                 log_dir=self.state_dir / "logs",
+                record=self.state_dir / WORKERS_FILE,
             )
             self.supervisor.start()
-            self._record_workers()
             try:
                 interrupted = self._watch(client, job_id)
             finally:
                 self.supervisor.stop(timeout=1 if self.interrupts >= 2 else 15)
-                (self.state_dir / WORKERS_FILE).unlink(missing_ok=True)
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
             code = self._summary(client, job_id)

@@ -9,10 +9,12 @@ import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 from sqlalchemy import Engine
 
+from middleware.heartbeat import check_heartbeat
 from middleware.lease import LeaseMiddleware
 from photojobs.broker import RedisPublisher, build_broker
 from photojobs.config import Settings
 from photojobs.lanes import all_lanes
+from photojobs.quiet import install as quiet_logging
 from store.engine import make_engine
 
 log = logging.getLogger("photojobs")
@@ -26,11 +28,13 @@ def engine_for(url: str) -> Engine:
 def setup_worker_broker(settings: Settings | None = None) -> RedisBroker:
     """The broker ``dramatiq actors`` runs with; set as Dramatiq's global broker."""
     settings = settings or Settings.from_env()
+    quiet_logging()
     specs = all_lanes(settings.env)
+    check_heartbeat(specs, settings.heartbeat_explicit, settings.env)
     lease = LeaseMiddleware(
         specs,
         engine_factory=lambda: engine_for(settings.database_url),
-        heartbeat_interval=settings.heartbeat_interval,
+        heartbeat_interval=settings.heartbeat_explicit,
         publisher_factory=lambda broker: RedisPublisher(broker, specs),
     )
     broker = build_broker(settings.redis_url, [lease])

@@ -22,6 +22,12 @@ alive on its own:
   process that gets SIGTERM twice (once from the group signal, once forwarded by its main
   process) stops *immediately* ("Killing worker process...") instead of finishing its messages.
 
+Workers die with the supervisor: each worker gets the read end of the supervisor's lifeline pipe
+(:mod:`photojobs.lifeline`) and a fleet token in its environment; with ``record``, the fleet
+(owner pid and start time, token, worker pids and start times) is written to that file after every
+spawn, so that a later supervisor can find the orphans of a dead one by identity
+(:func:`photojobs.lifeline.stop_orphans`).
+
 Events (:class:`SupervisorEvent`) are logged and passed to ``on_event``, which is called from the
 supervisor's threads: keep it quick and thread-safe.
 """
@@ -36,11 +42,14 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import IO
+
+from photojobs.lifeline import ENV_TOKEN, Lifeline, write_record
 
 __all__ = ["Supervisor", "SupervisorEvent"]
 
@@ -183,6 +192,7 @@ class Supervisor:
         log_dir: Path | str | None = None,
         cwd: Path | str | None = None,
         orphan_grace: float = 10.0,
+        record: Path | str | None = None,
     ) -> None:
         if callable(commands):
             if count is None:
@@ -207,6 +217,9 @@ class Supervisor:
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.cwd = cwd
         self.orphan_grace = orphan_grace
+        self.record = Path(record) if record is not None else None
+        self.token = uuid.uuid4().hex
+        self._lifeline: Lifeline | None = None
         self._slots = [_Slot(i) for i in range(count)]
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -263,8 +276,10 @@ class Supervisor:
     def _open_log(self, index: int) -> IO[bytes] | None:
         if self.log_dir is None:
             return None
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_dir / f"worker-{index}.log", "ab")  # closed right after the spawn
+        self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Private (0600): a worker's log names the photos it works on.
+        fd = os.open(self.log_dir / f"worker-{index}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        log = os.fdopen(fd, "ab")  # closed right after the spawn
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         log.write(f"--- photojobs supervisor: starting worker {index} at {stamp}\n".encode())
         log.flush()
@@ -273,22 +288,39 @@ class Supervisor:
     def _spawn(self, slot: _Slot) -> subprocess.Popen[bytes]:
         """Start the slot's command (caller holds the lock)."""
         argv = list(self._make_command(slot.index))
+        if self._lifeline is None:
+            self._lifeline = Lifeline()
+        env = dict(os.environ if self.env is None else self.env)
+        env.update(self._lifeline.child_env())
+        env[ENV_TOKEN] = self.token
         log = self._open_log(slot.index)
         try:
             proc = subprocess.Popen(
                 argv,
-                env=self.env,
+                env=env,
                 cwd=self.cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT if log is not None else None,
                 start_new_session=True,
+                pass_fds=(self._lifeline.read_fd,),
             )
         finally:
             if log is not None:
                 log.close()
         slot.process = proc
+        self._write_record()
         return proc
+
+    def _write_record(self) -> None:
+        """Record the fleet (caller holds the lock); a failure is logged, the fleet keeps running."""
+        if self.record is None:
+            return
+        pids = [s.process.pid for s in self._slots if s.process is not None and s.process.returncode is None]
+        try:
+            write_record(self.record, self.token, pids)
+        except OSError as exc:
+            logger.warning("cannot record the workers in %s: %s", self.record, exc)
 
     def _run_slot(self, slot: _Slot) -> None:
         """Waiter thread of one slot: wait, then restart after backoff or give up."""
@@ -385,6 +417,8 @@ class Supervisor:
                     proc.wait()
                 for s in self._slots:
                     s.process = None
+                if self._lifeline is not None:
+                    self._lifeline.close()
                 raise
         for slot in self._slots:
             assert slot.process is not None
@@ -422,6 +456,11 @@ class Supervisor:
         with self._lock:
             for slot in self._slots:
                 slot.process = None
+            if self._lifeline is not None:
+                self._lifeline.close()
+            if self.record is not None:
+                with contextlib.suppress(OSError):
+                    self.record.unlink()
 
     def __enter__(self) -> Supervisor:
         return self.start()

@@ -7,8 +7,10 @@ import logging
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from photojobs.broker import RedisPublisher, build_broker
-from photojobs.config import Settings
+from photojobs.config import Settings, describe_outage
 from photojobs.lanes import all_lanes
+from photojobs.quiet import install as quiet_logging
+from photojobs.quiet import next_retry_text
 from store.engine import make_engine
 from store.sweeper import SweepReport, sweep_once
 
@@ -26,6 +28,7 @@ class Sweeper:
         self.publisher = RedisPublisher(self.broker, self.specs)
         self.scheduler: BackgroundScheduler | None = None
         self.passes = 0
+        self.failures = 0
         self.last: SweepReport | None = None
 
     def once(self) -> SweepReport:
@@ -47,10 +50,23 @@ class Sweeper:
     def _tick(self) -> None:
         try:
             self.once()
-        except Exception:  # noqa: BLE001 - keep sweeping through a database or Redis blip
-            log.exception("sweep pass failed; retrying next interval")
+        except Exception as exc:  # noqa: BLE001 - keep sweeping through a database or Redis blip
+            # One line per failed pass (the retry period) naming the next try; the traceback only
+            # at debug level: an outage of Redis or the database is not a bug.
+            self.failures += 1
+            log.warning(
+                "sweep pass failed (%s); next try at %s",
+                describe_outage(exc, self.settings),
+                next_retry_text(self.settings.sweep_interval),
+            )
+            log.debug("sweep pass failure", exc_info=True)
+        else:
+            if self.failures:
+                log.warning("sweep passes work again after %d failure(s)", self.failures)
+            self.failures = 0
 
     def start(self) -> None:
+        quiet_logging(sweep_interval=self.settings.sweep_interval)
         self.scheduler = BackgroundScheduler(daemon=True)
         self.scheduler.add_job(
             self._tick,

@@ -1,19 +1,36 @@
-"""Lossless metadata writing: keywords, description, rating, artist, copyright, time shift.
+"""Metadata writing through exiftool: keywords, description, rating, artist, copyright, time shift.
 
-:func:`write_metadata` writes an edited copy of ``src`` to ``dst`` (a staged temp path chosen
-by the caller); ``src`` is never modified and pixels are never re-encoded:
+:func:`write_metadata` writes an edited copy of ``src`` to ``dst`` (a staged temp path chosen by
+the caller) with one command to the worker's persistent exiftool process (``-o dst src``, ``-P``
+so the copy keeps the file's modification time). ``src`` is never modified. exiftool edits the
+metadata blocks in place of the file structure: pixels, the JPEG scan data, MakerNotes (their
+offsets fixed), thumbnails, unterminated or misplaced tags and everything else that was not asked
+for stay as they were. (piexif is not used: it re-serialises the whole EXIF block, which drops
+EXIF tags stored in IFD0, the Interop IFD and uncompressed thumbnails and cuts unterminated
+ASCII values.)
 
-* JPEG is edited in-process with piexif: only the APP1 Exif segment is replaced, every other
-  segment and everything from the SOS marker on is copied byte for byte. When the existing
-  EXIF has a MakerNote (whose internal offsets piexif would break by moving it) or cannot be
-  rewritten by piexif, exiftool does the edit instead (it fixes maker-note offsets), if present.
-* PNG, TIFF and HEIC/HEIF go through exiftool (``-o dst src``); without exiftool they raise
-  :class:`NeedsExiftool`.
+Where each field goes (what Lightroom, digiKam, Immich, Photos and Windows read):
 
-Values written: EXIF ImageDescription, Artist, Copyright (UTF-8), XPKeywords (UTF-16LE, ``;``
-separated), Rating and RatingPercent, DateTimeOriginal/DateTimeDigitized/DateTime shifted,
-UserComment (JSON of ``facts``); through exiftool also XMP dc:subject, dc:description,
-dc:creator, dc:rights and xmp:Rating. :func:`read_metadata` reads them back.
+==============  ============================================================================
+keywords        XMP-dc:Subject, IPTC:Keywords, EXIF:XPKeywords
+description     XMP-dc:Description, IPTC:Caption-Abstract, EXIF:ImageDescription
+rating          XMP-xmp:Rating, EXIF:Rating (+ EXIF:RatingPercent)
+artist          XMP-dc:Creator, IPTC:By-line, EXIF:Artist
+copyright       XMP-dc:Rights, IPTC:CopyrightNotice, EXIF:Copyright
+shift           EXIF DateTimeOriginal/CreateDate/ModifyDate, their XMP counterparts
+                (exif:DateTimeOriginal/DateTimeDigitized, xmp:CreateDate/ModifyDate,
+                photoshop:DateCreated) and IPTC DateCreated+TimeCreated, each exactly once
+==============  ============================================================================
+
+IPTC is written to JPEG and TIFF (PNG and HEIC have no standard IPTC; XMP is their standard),
+always with ``CodedCharacterSet=UTF8`` (an existing IPTC block in another character set is
+converted, so its other values keep their text). IPTC length limits (keyword 64 bytes, by-line
+32, copyright 128, caption 2000) are honoured by cutting the IPTC copy at a character boundary;
+XMP and EXIF get the whole value. An XMP toolkit stamp is never added or changed.
+
+Errors: missing/empty/non-image input -> UnreadableImage; exiftool missing -> NeedsExiftool naming
+the install command; an exiftool error or warning about the file -> PhotoError naming the file
+(the staged output is removed). :func:`read_metadata` reads the fields back through exiftool.
 """
 
 from __future__ import annotations
@@ -21,30 +38,40 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import stat
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import piexif
-
 from photos import exiftool
 from photos.errors import InvalidParameter, NeedsExiftool, PhotoError, UnreadableImage
-
-#: When the JPEG's EXIF holds a MakerNote, let exiftool (which fixes maker-note offsets) do the edit.
-MAKERNOTES_VIA_EXIFTOOL = True
 
 _SHIFT_RE = re.compile(r"^([+-]?)(?=\d)(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _MAX_SHIFT = timedelta(days=365 * 200)
 _EXIF_DT_FORMAT = "%Y:%m:%d %H:%M:%S"
-_USER_COMMENT_ASCII = b"ASCII\x00\x00\x00"
-_USER_COMMENT_UNICODE = b"UNICODE\x00"
 _RATING_PERCENT = {0: 0, 1: 1, 2: 25, 3: 50, 4: 75, 5: 99}
-_EXIF_HEADER = b"Exif\x00\x00"
 _HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1"}
-_EDITABLE = ("keywords", "description", "rating", "artist", "copyright", "shift", "facts")
+_EDITABLE = ("keywords", "description", "rating", "artist", "copyright", "shift")
+#: Formats that carry a standard IPTC block.
+IPTC_FORMATS = frozenset({"JPEG", "TIFF"})
+#: IPTC IIM maximum lengths in bytes.
+_IPTC_LIMITS = {"Keywords": 64, "Caption-Abstract": 2000, "By-line": 32, "CopyrightNotice": 128}
+#: Date tags shifted with exiftool's ``+=`` (each names one tag, so nothing is shifted twice).
+SHIFTED_DATES = (
+    "EXIF:DateTimeOriginal",
+    "EXIF:CreateDate",
+    "EXIF:ModifyDate",
+    "XMP-exif:DateTimeOriginal",
+    "XMP-exif:DateTimeDigitized",
+    "XMP-xmp:CreateDate",
+    "XMP-xmp:ModifyDate",
+    "XMP-photoshop:DateCreated",
+)
+_INSTALL = "apt-get install libimage-exiftool-perl"
 
 
 @dataclass
@@ -52,8 +79,7 @@ class ExifEdit:
     """What to change. ``None`` leaves a field as it is; ``""`` / ``[]`` clears it.
 
     ``keywords`` replace the existing keywords (no ``;`` or newlines in a keyword); ``rating``
-    is 0-5; ``shift`` moves the capture/digitized/modify times; ``facts`` (e.g. from analysis)
-    are stored as JSON in EXIF UserComment.
+    is 0-5; ``shift`` moves the capture/digitized/modify times (EXIF, XMP and IPTC).
     """
 
     keywords: list[str] | None = None
@@ -62,7 +88,6 @@ class ExifEdit:
     artist: str | None = None
     copyright: str | None = None
     shift: timedelta | None = None
-    facts: dict[str, Any] | None = field(default=None)
 
     def __post_init__(self) -> None:
         if self.keywords is not None:
@@ -93,11 +118,6 @@ class ExifEdit:
             raise InvalidParameter(
                 f"shift must be a whole-second timedelta within 200 years, got {self.shift!r}"
             )
-        if self.facts is not None:
-            try:
-                json.dumps(self.facts, allow_nan=False)
-            except (TypeError, ValueError) as exc:
-                raise InvalidParameter(f"facts must be JSON-serialisable: {exc}") from exc
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> ExifEdit:
@@ -215,137 +235,241 @@ def jpeg_scan_data(data: bytes, path: str | os.PathLike[str] = "<bytes>") -> byt
     return data[_split_jpeg(Path(path), data).scan_start :]
 
 
-def _exif_segment(data: bytes, jpeg: _Jpeg) -> tuple[int, int] | None:
-    for marker, start, end in jpeg.segments:
-        if marker == 0xE1 and data[start + 4 : start + 10] == _EXIF_HEADER:
-            return start, end
-    return None
-
-
 # -- writing -------------------------------------------------------------------------------------
 def write_metadata(src: str | os.PathLike[str], dst: str | os.PathLike[str], edit: ExifEdit) -> None:
-    """Write a copy of ``src`` with ``edit`` applied to ``dst`` (replaced if it exists), fsynced.
+    """Write a copy of ``src`` with ``edit`` applied to ``dst`` (replaced if it exists), fsynced,
+    with the modification time of ``src``.
 
-    Pixels are never re-encoded (see the module docstring). Raises UnreadableImage for missing,
-    empty or non-image input, NeedsExiftool when the format needs exiftool and it is missing,
-    PhotoError when the edit cannot be applied (e.g. an invalid date to shift).
+    Only the asked tags change (see the module docstring). Raises UnreadableImage for missing,
+    empty or non-image input, NeedsExiftool when exiftool is missing, PhotoError when exiftool
+    reports an error or a warning for the file or a date cannot be shifted; ``dst`` is then absent.
     """
     src, dst = Path(src), Path(dst)
     if src.resolve() == dst.resolve():
         raise PhotoError(src, "write_metadata needs a separate destination; the source is never modified")
     data = _read_source(src)
     fmt = _format_of(src, data)
+    _check_complete(src, fmt, data)  # exiftool edits metadata without reading the image data
+    del data
+    if not exiftool.available():
+        raise NeedsExiftool(src, f"writing {fmt} metadata needs exiftool ({_INSTALL})")
     dst.parent.mkdir(parents=True, exist_ok=True)
-    if fmt == "JPEG":
-        out = _edit_jpeg_in_process(src, data, edit)
-        if out is not None:
-            _write_file(dst, out)
-            return
-        if not exiftool.available():
-            raise NeedsExiftool(
-                src,
-                "this JPEG's EXIF cannot be rewritten in-process; needs exiftool "
-                "(apt-get install libimage-exiftool-perl)",
+    _unlink_quietly(dst)  # exiftool -o refuses an existing output; dst is the caller's staged path
+    tool = exiftool.ExifTool.shared()
+    src_abs, dst_abs = os.path.abspath(src), os.path.abspath(dst)
+    current = _current_tags(tool, src) if not edit.is_empty() else {}
+    args = exiftool_args(edit, fmt=fmt, current=current, path=src)
+    if not args:
+        shutil.copy2(src, dst)  # nothing to change: an identical copy, same modification time
+    else:
+        try:
+            _, warnings = tool.execute_with_warnings(
+                "-ec", "-P", *args, "-o", dst_abs, src_abs, retry_if_died=True
             )
-    elif not exiftool.available():
-        raise NeedsExiftool(src, f"{fmt} metadata needs exiftool (apt-get install libimage-exiftool-perl)")
-    _write_with_exiftool(src, dst, edit)
-
-
-def _write_file(dst: Path, data: bytes) -> None:
-    """Write ``dst`` afresh (a stale file or symlink at that name is removed, never followed)."""
-    _unlink_quietly(dst)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    with os.fdopen(os.open(dst, flags, 0o666), "wb") as fh:
-        fh.write(data)
-        fh.flush()
+        except PhotoError as exc:
+            _unlink_quietly(dst)
+            raise PhotoError(src, exc.reason) from exc
+        if warnings:
+            _unlink_quietly(dst)
+            said = "; ".join(w.removesuffix(f" - {src_abs}") for w in warnings)
+            raise PhotoError(src, f"exiftool warned, nothing written: {said}")
+        if not dst.exists():
+            raise PhotoError(src, "exiftool reported success but wrote no output file")
+        # -P keeps whole seconds only: give the copy the exact times (and the permissions) of the source
+        times = src.stat()
+        os.chmod(dst, stat.S_IMODE(times.st_mode))
+        os.utime(dst, ns=(times.st_atime_ns, times.st_mtime_ns))
+    with open(dst, "rb+") as fh:
         os.fsync(fh.fileno())
 
 
-def _edit_jpeg_in_process(src: Path, data: bytes, edit: ExifEdit) -> bytes | None:
-    """The edited JPEG bytes, or None when exiftool should do the edit instead."""
-    jpeg = _split_jpeg(src, data)
-    found = _exif_segment(data, jpeg)
+def _check_complete(src: Path, fmt: str, data: bytes) -> None:
+    """Refuse a JPEG whose header is broken or whose image data was cut off (no EOI marker after
+    the scan: inside entropy-coded data 0xFF is always stuffed, so FF D9 only ends the image), or
+    a PNG without its IEND chunk. exiftool itself would edit their metadata without noticing."""
+    if fmt == "JPEG":
+        scan = _split_jpeg(src, data).scan_start
+        if data.find(b"\xff\xd9", scan) < 0:
+            raise UnreadableImage(src, "truncated JPEG: the image data has no end (EOI) marker")
+    elif fmt == "PNG" and data.rfind(b"IEND") < 0:
+        raise UnreadableImage(src, "truncated PNG: no IEND chunk")
+
+
+def _unlink_quietly(path: Path) -> None:
     try:
-        exif_dict = piexif.load(data[found[0] + 4 : found[1]]) if found else _empty_exif()
-    except Exception:  # piexif raises assorted errors on odd EXIF; exiftool copes
-        return None
-    if MAKERNOTES_VIA_EXIFTOOL and piexif.ExifIFD.MakerNote in exif_dict["Exif"] and exiftool.available():
-        return None
-    _apply_to_exif_dict(src, exif_dict, edit)
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+_STATE_TAGS = ("-XMP-x:XMPToolkit", "-IPTC:all", *(f"-{tag}" for tag in SHIFTED_DATES))
+
+
+def _current_tags(tool: exiftool.ExifTool, path: Path) -> dict[str, Any]:
+    """The tags a write depends on: the XMP toolkit, the IPTC block, the dates to shift."""
+    out = tool.execute("-j", "-G1", "-a", *_STATE_TAGS, os.path.abspath(path), retry_if_died=True)
+    return _json_record(path, out)
+
+
+def _json_record(path: Path, out: str) -> dict[str, Any]:
     try:
-        payload = piexif.dump(exif_dict)
-    except Exception:  # e.g. a tag stored with a type piexif does not expect
-        return None
-    if len(payload) + 2 > 0xFFFF:
-        return None
-    segment = b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload
-    if found:
-        header = data[: found[0]] + segment + data[found[1] : jpeg.scan_start]
-    else:
-        insert_at = 2
-        for marker, _start, end in jpeg.segments:  # after leading APP0 (JFIF/JFXX) segments
-            if marker != 0xE0:
-                break
-            insert_at = end
-        header = data[:insert_at] + segment + data[insert_at : jpeg.scan_start]
-    return header + data[jpeg.scan_start :]
+        # Keep numbers as their literal text: a keyword "2024" or "1.50" must stay a string.
+        records = json.loads(out, parse_int=str, parse_float=str) if out.strip() else [{}]
+        record: dict[str, Any] = dict(records[0])
+    except (ValueError, IndexError, TypeError, AttributeError) as exc:
+        raise PhotoError(path, f"unexpected exiftool output: {out[:200]!r}") from exc
+    record.pop("SourceFile", None)
+    return record
 
 
-def _empty_exif() -> dict[str, Any]:
-    return {"0th": {}, "Exif": {}, "GPS": {}, "Interop": {}, "1st": {}, "thumbnail": None}
-
-
-def _apply_to_exif_dict(src: Path, exif: dict[str, Any], edit: ExifEdit) -> None:
-    zeroth, sub = exif["0th"], exif["Exif"]
-    image_ifd, exif_ifd = piexif.ImageIFD, piexif.ExifIFD
-
-    def put(ifd: dict[int, Any], tag: int, value: Any) -> None:
-        if value in (None, b"", ()):
-            ifd.pop(tag, None)
-        else:
-            ifd[tag] = value
-
-    if edit.description is not None:
-        put(zeroth, image_ifd.ImageDescription, edit.description.encode("utf-8"))
-    if edit.artist is not None:
-        put(zeroth, image_ifd.Artist, edit.artist.encode("utf-8"))
-    if edit.copyright is not None:
-        put(zeroth, image_ifd.Copyright, edit.copyright.encode("utf-8"))
-    if edit.keywords is not None:
-        put(zeroth, image_ifd.XPKeywords, _utf16_tuple(";".join(edit.keywords)) if edit.keywords else None)
-    if edit.rating is not None:
-        zeroth[image_ifd.Rating] = edit.rating
-        zeroth[image_ifd.RatingPercent] = _RATING_PERCENT[edit.rating]
-    if edit.facts is not None:
-        comment = json.dumps(edit.facts, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
-        sub[exif_ifd.UserComment] = _USER_COMMENT_ASCII + comment.encode("ascii")
-    if edit.shift:
-        for ifd, tag, name in (
-            (sub, exif_ifd.DateTimeOriginal, "DateTimeOriginal"),
-            (sub, exif_ifd.DateTimeDigitized, "DateTimeDigitized"),
-            (zeroth, image_ifd.DateTime, "DateTime"),
-        ):
-            if tag in ifd:
-                ifd[tag] = _shift_exif_datetime(src, name, ifd[tag], edit.shift)
-
-
-def _utf16_tuple(text: str) -> tuple[int, ...]:
-    return tuple((text + "\x00").encode("utf-16-le"))
-
-
-def _shift_exif_datetime(src: Path, name: str, value: Any, shift: timedelta) -> Any:
-    raw = value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
-    text = raw.replace("\x00", "").strip()
-    if not text or set(text) <= set("0: "):  # blank or "0000:00:00 00:00:00" means unknown
+def _iptc_cut(tag: str, value: str) -> str:
+    """``value`` cut to the IPTC byte limit of ``tag`` at a character boundary."""
+    limit = _IPTC_LIMITS[tag]
+    raw = value.encode("utf-8")
+    if len(raw) <= limit:
         return value
-    try:
-        moved = datetime.strptime(text[:19], _EXIF_DT_FORMAT) + shift
-    except (ValueError, OverflowError) as exc:
-        raise PhotoError(src, f"cannot shift {name}: {text!r} is not a valid EXIF date/time") from exc
+    return raw[:limit].decode("utf-8", "ignore")
+
+
+def _has_time(value: Any) -> bool:
+    """False for blank or all-zero dates ("0000:00:00 00:00:00" means unknown): left unshifted."""
+    text = str(value).strip()
+    return bool(text) and not set(text) <= set("0: ")
+
+
+def _check_date(path: Path, key: str, value: Any, shift: timedelta) -> None:
+    """Refuse a date exiftool could not shift (it would skip it with a warning)."""
+    text = str(value).strip()
+    moved = None
+    for width, form in ((19, _EXIF_DT_FORMAT), (16, "%Y:%m:%d %H:%M"), (10, "%Y:%m:%d")):
+        if len(text) == width or (len(text) > width and not text[width].isdigit()):
+            try:
+                moved = datetime.strptime(text[:width], form) + shift
+                break
+            except (ValueError, OverflowError):
+                continue
+    if moved is None:
+        raise PhotoError(path, f"cannot shift {key}: {text!r} is not a valid date/time")
     if not 1 <= moved.year <= 9999:
-        raise PhotoError(src, f"cannot shift {name}: {text!r} shifted by {shift} leaves years 1-9999")
-    return (moved.strftime(_EXIF_DT_FORMAT) + text[19:]).encode("ascii")
+        raise PhotoError(path, f"cannot shift {key}: {text!r} shifted by {shift} leaves years 1-9999")
+
+
+def exiftool_args(
+    edit: ExifEdit, *, fmt: str = "JPEG", current: Mapping[str, Any] | None = None, path: Path | None = None
+) -> list[str]:
+    """The exiftool arguments (for use with ``-ec``) that apply ``edit`` to a ``fmt`` file whose
+    tags (from ``-j -G1 -a``, see ``_current_tags``) are ``current``."""
+    current = current or {}
+    where = path or Path("<file>")
+    args: list[str] = []
+    iptc = fmt in IPTC_FORMATS
+    xmp_written = False
+
+    def assign(tag: str, values: str | list[str] | None) -> None:
+        nonlocal xmp_written
+        group, name = tag.split(":", 1)
+        if group == "IPTC" and not iptc:
+            return
+        xmp_written = xmp_written or group.startswith("XMP")
+        items = [values] if isinstance(values, str) else list(values or [])
+        items = [v for v in items if v]
+        if group == "IPTC":
+            items = [_iptc_cut(name, v) for v in items]
+        if not items:
+            args.append(f"-{tag}=")
+        args.extend(f"-{tag}={_exiftool_value(v)}" for v in items)
+
+    if edit.keywords is not None:
+        assign("XMP-dc:Subject", edit.keywords)
+        assign("IPTC:Keywords", edit.keywords)
+        assign("EXIF:XPKeywords", ";".join(edit.keywords))
+    if edit.description is not None:
+        assign("XMP-dc:Description", edit.description)
+        assign("IPTC:Caption-Abstract", edit.description)
+        assign("EXIF:ImageDescription", edit.description)
+    if edit.rating is not None:
+        args += [f"-XMP-xmp:Rating={edit.rating}", f"-EXIF:Rating={edit.rating}"]
+        args.append(f"-EXIF:RatingPercent={_RATING_PERCENT[edit.rating]}")
+        xmp_written = True
+    if edit.artist is not None:
+        assign("XMP-dc:Creator", edit.artist)
+        assign("IPTC:By-line", edit.artist)
+        assign("EXIF:Artist", edit.artist)
+    if edit.copyright is not None:
+        assign("XMP-dc:Rights", edit.copyright)
+        assign("IPTC:CopyrightNotice", edit.copyright)
+        assign("EXIF:Copyright", edit.copyright)
+    if edit.shift:
+        args += _shift_args(edit.shift, current, where, iptc)
+        xmp_written = xmp_written or any(a.startswith("-XMP") for a in args)
+    written_iptc = sorted(
+        {a[1:].split("=", 1)[0] for a in args if a.startswith("-IPTC:") and not a.endswith("=")}
+    )
+    if written_iptc:
+        args += _iptc_charset_args(current, written_iptc)
+    if xmp_written:
+        # Keep the XMP toolkit stamp as it was (exiftool would put its own name there, or add one).
+        toolkit = current.get("XMP-x:XMPToolkit")
+        args.append(f"-XMP-x:XMPToolkit={_exiftool_value(str(toolkit))}" if toolkit else "-XMP-x:XMPToolkit=")
+    return args
+
+
+def _shift_args(shift: timedelta, current: Mapping[str, Any], path: Path, iptc: bool) -> list[str]:
+    sign, amount = _exiftool_shift(shift)
+    args: list[str] = []
+    for tag in SHIFTED_DATES:
+        group, name = tag.split(":", 1)
+        found = {
+            key: value
+            for key, value in current.items()
+            if key.split(":", 1)[-1] == name and _in_group(key.split(":", 1)[0], group)
+        }
+        dated = {key: value for key, value in found.items() if _has_time(value)}
+        if not dated:
+            continue
+        for key, value in dated.items():
+            _check_date(path, key, value, shift)
+        args.append(f"-{tag}{sign}={amount}")
+    if iptc:
+        date, time = current.get("IPTC:DateCreated"), current.get("IPTC:TimeCreated")
+        if date and time and _has_time(date):
+            moved = _shift_iptc(path, str(date), str(time), shift)
+            args += [f"-IPTC:DateCreated={moved[0]}", f"-IPTC:TimeCreated={moved[1]}"]
+        elif date and _has_time(date) and not shift % timedelta(days=1):
+            moved = _shift_iptc(path, str(date), "00:00:00", shift)
+            args.append(f"-IPTC:DateCreated={moved[0]}")
+    return args
+
+
+_EXIF_GROUPS = ("IFD0", "IFD1", "ExifIFD", "SubIFD", "GPS", "InteropIFD")
+
+
+def _in_group(family1: str, group: str) -> bool:
+    if group == "EXIF":
+        return family1 in _EXIF_GROUPS or family1.startswith(("IFD", "SubIFD"))
+    return family1 == group
+
+
+def _shift_iptc(path: Path, date: str, time: str, shift: timedelta) -> tuple[str, str]:
+    """IPTC keeps date and time apart; shift them together so the date rolls over correctly."""
+    zone = time[8:] if len(time) > 8 else ""
+    try:
+        moved = datetime.strptime(f"{date[:10]} {time[:8]}", _EXIF_DT_FORMAT) + shift
+    except (ValueError, OverflowError) as exc:
+        raise PhotoError(path, f"cannot shift IPTC:DateCreated/TimeCreated: {date!r} {time!r}") from exc
+    return moved.strftime("%Y:%m:%d"), moved.strftime("%H:%M:%S") + zone
+
+
+def _iptc_charset_args(current: Mapping[str, Any], assigned: list[str]) -> list[str]:
+    """Mark IPTC as UTF-8. An existing block in another character set is converted: its other
+    values are copied back (read in their old charset, written as UTF-8) so their text is kept."""
+    existing = [key for key in current if key.startswith("IPTC:")]
+    charset = str(current.get("IPTC:CodedCharacterSet", ""))
+    args = ["-IPTC:CodedCharacterSet=UTF8"]
+    if existing and charset != "UTF8":
+        exclude = sorted({f"--{tag}" for tag in assigned} | {"--IPTC:CodedCharacterSet"})
+        args = ["-tagsFromFile", "@", "-IPTC:all", *exclude, *args]
+    return args
 
 
 def _exiftool_value(text: str) -> str:
@@ -363,153 +487,85 @@ def _exiftool_shift(delta: timedelta) -> tuple[str, str]:
     return sign, f"0:0:{days} {hours}:{minutes}:{seconds}"
 
 
-def exiftool_args(edit: ExifEdit) -> list[str]:
-    """The exiftool tag assignments (for use with ``-ec``) that apply ``edit``."""
-    args: list[str] = []
-
-    def assign(tag: str, value: str | None) -> None:
-        args.append(f"-{tag}={_exiftool_value(value)}" if value else f"-{tag}=")
-
-    if edit.description is not None:
-        assign("EXIF:ImageDescription", edit.description)
-        assign("XMP-dc:Description", edit.description)
-    if edit.artist is not None:
-        assign("EXIF:Artist", edit.artist)
-        assign("XMP-dc:Creator", edit.artist)
-    if edit.copyright is not None:
-        assign("EXIF:Copyright", edit.copyright)
-        assign("XMP-dc:Rights", edit.copyright)
-    if edit.keywords is not None:
-        assign("EXIF:XPKeywords", ";".join(edit.keywords))
-        if edit.keywords:
-            args.extend(f"-XMP-dc:Subject={_exiftool_value(k)}" for k in edit.keywords)
-        else:
-            args.append("-XMP-dc:Subject=")
-    if edit.rating is not None:
-        args += [f"-EXIF:Rating={edit.rating}", f"-EXIF:RatingPercent={_RATING_PERCENT[edit.rating]}"]
-        args.append(f"-XMP-xmp:Rating={edit.rating}")
-    if edit.facts is not None:
-        comment = json.dumps(edit.facts, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
-        assign("EXIF:UserComment", comment)
-    if edit.shift:
-        sign, amount = _exiftool_shift(edit.shift)
-        for tag in (
-            "EXIF:DateTimeOriginal",
-            "EXIF:CreateDate",
-            "EXIF:ModifyDate",
-            "XMP-exif:DateTimeOriginal",
-            "XMP-xmp:CreateDate",
-            "XMP-xmp:ModifyDate",
-        ):
-            args.append(f"-{tag}{sign}={amount}")
-    return args
-
-
-def _write_with_exiftool(src: Path, dst: Path, edit: ExifEdit) -> None:
-    _unlink_quietly(dst)  # exiftool -o refuses an existing output; dst is the caller's staged path
-    src_abs, dst_abs = os.path.abspath(src), os.path.abspath(dst)
-    try:
-        exiftool.ExifTool.shared().execute("-ec", *exiftool_args(edit), "-o", dst_abs, src_abs)
-    except PhotoError as exc:
-        _unlink_quietly(dst)
-        raise PhotoError(src, exc.reason) from exc
-    if not dst.exists():
-        raise PhotoError(src, "exiftool reported success but wrote no output file")
-    with open(dst, "rb+") as fh:
-        os.fsync(fh.fileno())
-
-
-def _unlink_quietly(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
-
-
 # -- reading -------------------------------------------------------------------------------------
-def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """What :func:`write_metadata` writes: ``keywords`` (list), ``description``, ``rating``,
-    ``artist``, ``copyright``, ``taken`` (ISO from DateTimeOriginal) and ``facts`` (dict).
+_READ_TAGS = (
+    "-XMP-dc:Subject",
+    "-IPTC:Keywords",
+    "-EXIF:XPKeywords",
+    "-XMP-dc:Description",
+    "-IPTC:Caption-Abstract",
+    "-EXIF:ImageDescription",
+    "-XMP-xmp:Rating",
+    "-EXIF:Rating",
+    "-XMP-dc:Creator",
+    "-IPTC:By-line",
+    "-EXIF:Artist",
+    "-XMP-dc:Rights",
+    "-IPTC:CopyrightNotice",
+    "-EXIF:Copyright",
+    "-EXIF:DateTimeOriginal",
+)
 
-    JPEG is read in-process; other formats through exiftool (NeedsExiftool without it).
-    """
+
+def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What :func:`write_metadata` writes, as photo apps read it: ``keywords`` (list),
+    ``description``, ``rating``, ``artist``, ``copyright`` and ``taken`` (ISO, from
+    DateTimeOriginal). XMP is preferred, then IPTC, then EXIF. Needs exiftool."""
     path = Path(path)
     data = _read_source(path)
     fmt = _format_of(path, data)
-    if fmt == "JPEG":
-        return _read_jpeg(path, data)
+    del data
     if not exiftool.available():
-        raise NeedsExiftool(
-            path, f"reading {fmt} metadata needs exiftool (apt-get install libimage-exiftool-perl)"
-        )
-    return read_metadata_exiftool(path)
+        raise NeedsExiftool(path, f"reading {fmt} metadata needs exiftool ({_INSTALL})")
+    out = exiftool.ExifTool.shared().execute(
+        "-j", "-struct", "-G1", "-n", *_READ_TAGS, os.path.abspath(path), retry_if_died=True
+    )
+    grouped = _json_record(path, out)
 
+    def first(*names: str) -> Any:
+        for name in names:
+            group, tag = name.split(":", 1)
+            for key, value in grouped.items():
+                key_group, key_tag = key.split(":", 1)
+                if key_tag == tag and (
+                    key_group == group or (group == "EXIF" and _in_group(key_group, "EXIF"))
+                ):
+                    if value not in (None, "", []):
+                        return value
+        return None
 
-def _blank_metadata() -> dict[str, Any]:
-    return {
+    result: dict[str, Any] = {
         "keywords": [],
         "description": None,
         "rating": None,
         "artist": None,
         "copyright": None,
         "taken": None,
-        "facts": None,
     }
-
-
-def _read_jpeg(path: Path, data: bytes) -> dict[str, Any]:
-    result = _blank_metadata()
-    jpeg = _split_jpeg(path, data)
-    found = _exif_segment(data, jpeg)
-    if not found:
-        return result
+    subject = first("XMP-dc:Subject", "IPTC:Keywords")
+    if subject is not None:
+        result["keywords"] = [str(k) for k in (subject if isinstance(subject, list) else [subject])]
+    else:
+        xp = first("EXIF:XPKeywords")
+        if xp is not None:
+            result["keywords"] = [k.strip() for k in str(xp).split(";") if k.strip()]
+    result["description"] = _str_or_none(
+        first("XMP-dc:Description", "IPTC:Caption-Abstract", "EXIF:ImageDescription")
+    )
+    creator = first("XMP-dc:Creator", "IPTC:By-line", "EXIF:Artist")
+    result["artist"] = "; ".join(map(str, creator)) if isinstance(creator, list) else _str_or_none(creator)
+    result["copyright"] = _str_or_none(first("XMP-dc:Rights", "IPTC:CopyrightNotice", "EXIF:Copyright"))
+    rating = first("XMP-xmp:Rating", "EXIF:Rating")
     try:
-        exif = piexif.load(data[found[0] + 4 : found[1]])
-    except Exception as exc:
-        raise PhotoError(path, f"EXIF cannot be parsed: {exc}") from exc
-    zeroth, sub = exif["0th"], exif["Exif"]
-    ifd = piexif.ImageIFD
-    xp = zeroth.get(ifd.XPKeywords)
-    if xp:
-        text = bytes(xp).decode("utf-16-le", "replace").rstrip("\x00")
-        result["keywords"] = [k.strip() for k in text.split(";") if k.strip()]
-    result["description"] = _ascii_text(zeroth.get(ifd.ImageDescription))
-    result["artist"] = _ascii_text(zeroth.get(ifd.Artist))
-    result["copyright"] = _ascii_text(zeroth.get(ifd.Copyright))
-    rating = zeroth.get(ifd.Rating)
-    result["rating"] = rating if isinstance(rating, int) else None
-    result["taken"] = _iso(_ascii_text(sub.get(piexif.ExifIFD.DateTimeOriginal)))
-    result["facts"] = _facts(_user_comment(sub.get(piexif.ExifIFD.UserComment)))
+        result["rating"] = int(float(str(rating))) if rating is not None else None
+    except ValueError:
+        result["rating"] = None
+    result["taken"] = _iso(_str_or_none(first("EXIF:DateTimeOriginal")))
     return result
 
 
-def _ascii_text(value: Any) -> str | None:
-    if not isinstance(value, bytes):
-        return None
-    try:
-        text = value.decode("utf-8")
-    except UnicodeDecodeError:
-        text = value.decode("latin-1")
-    return text.rstrip("\x00") or None
-
-
-def _user_comment(value: Any) -> str | None:
-    if not isinstance(value, bytes) or len(value) < 8:
-        return None
-    prefix, body = value[:8], value[8:]
-    if prefix == _USER_COMMENT_UNICODE:
-        return body.decode("utf-16-be" if body[:2] != b"\xff\xfe" else "utf-16", "replace").rstrip("\x00")
-    return body.decode("utf-8", "replace").rstrip("\x00 ")
-
-
-def _facts(text: str | None) -> dict[str, Any] | None:
-    if not text:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+#: The former name (it used to be the cross-check of an in-process reader).
+read_metadata_exiftool = read_metadata
 
 
 def _iso(text: str | None) -> str | None:
@@ -519,63 +575,6 @@ def _iso(text: str | None) -> str | None:
         return datetime.strptime(text.strip()[:19], _EXIF_DT_FORMAT).isoformat()
     except ValueError:
         return None
-
-
-_READ_TAGS = (
-    "-XMP-dc:Subject",
-    "-EXIF:XPKeywords",
-    "-EXIF:ImageDescription",
-    "-XMP-dc:Description",
-    "-EXIF:Rating",
-    "-XMP-xmp:Rating",
-    "-EXIF:Artist",
-    "-XMP-dc:Creator",
-    "-EXIF:Copyright",
-    "-XMP-dc:Rights",
-    "-EXIF:DateTimeOriginal",
-    "-EXIF:UserComment",
-)
-
-
-def read_metadata_exiftool(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """:func:`read_metadata` through exiftool, for any format it reads (also JPEG, to cross-check)."""
-    path = Path(path)
-    out = exiftool.ExifTool.shared().execute("-j", "-struct", "-G1", "-n", *_READ_TAGS, os.path.abspath(path))
-    try:
-        # Keep numbers as their literal text: a keyword "2024" or "1.50" must stay a string.
-        records = json.loads(out, parse_int=str, parse_float=str) if out.strip() else [{}]
-        grouped: dict[str, Any] = dict(records[0])
-    except (ValueError, IndexError, AttributeError) as exc:
-        raise PhotoError(path, f"unexpected exiftool output: {out[:200]!r}") from exc
-
-    def first(*names: str) -> Any:
-        for name in names:
-            for key, value in grouped.items():
-                if key.split(":", 1)[-1] == name and key.startswith(("IFD0", "ExifIFD", "XMP")):
-                    if value not in (None, "", []):
-                        return value
-        return None
-
-    result = _blank_metadata()
-    subject = first("Subject")
-    if subject is not None:
-        result["keywords"] = [str(k) for k in (subject if isinstance(subject, list) else [subject])]
-    else:
-        xp = first("XPKeywords")
-        if xp is not None:
-            result["keywords"] = [k.strip() for k in str(xp).split(";") if k.strip()]
-    result["description"] = _str_or_none(first("ImageDescription", "Description"))
-    creator = first("Artist", "Creator")
-    result["artist"] = "; ".join(map(str, creator)) if isinstance(creator, list) else _str_or_none(creator)
-    result["copyright"] = _str_or_none(first("Copyright", "Rights"))
-    rating = first("Rating")
-    try:
-        result["rating"] = int(str(rating)) if rating is not None else None
-    except ValueError:
-        result["rating"] = None
-    result["taken"] = _iso(_str_or_none(first("DateTimeOriginal")))
-    result["facts"] = _facts(_str_or_none(first("UserComment")))
-    return result
 
 
 def _str_or_none(value: Any) -> str | None:

@@ -38,6 +38,15 @@ COMMON_ARGS: tuple[str, ...] = ("-charset", "filename=utf8", "-charset", "utf8")
 
 _STATUS_RE = re.compile(rb"\{ready(\d+) status=(\d+)\}\r?\n?$")
 
+#: How to install exiftool, named in every "not installed" error.
+INSTALL_HINT = (
+    "install it: apt-get install libimage-exiftool-perl (Debian/Ubuntu), brew install exiftool (macOS)"
+)
+
+
+class ExifToolDied(PhotoError):
+    """The exiftool process died (or was killed) while running a command."""
+
 
 def available() -> bool:
     """True when an ``exiftool`` executable is on PATH."""
@@ -115,7 +124,9 @@ class ExifTool:
     def _start(self) -> subprocess.Popen[bytes]:
         exe = shutil.which(self.executable)
         if exe is None:
-            raise PhotoError(None, f"exiftool is not installed ({self.executable!r} is not on PATH)")
+            raise PhotoError(
+                None, f"exiftool is not installed ({self.executable!r} is not on PATH); {INSTALL_HINT}"
+            )
         argv = [exe, "-stay_open", "True", "-@", "-"]
         setpriv = shutil.which("setpriv")
         if setpriv is not None:
@@ -165,14 +176,29 @@ class ExifTool:
         self.close()
 
     # -- commands --------------------------------------------------------------------------------
-    def execute(self, *args: str | os.PathLike[str]) -> str:
+    def execute(self, *args: str | os.PathLike[str], retry_if_died: bool = False) -> str:
         """Run one exiftool command; return its stdout (UTF-8 text).
 
         Raises PhotoError when exiftool reports a non-zero status or an ``Error:`` line, when it
         dies, or when it does not answer within the timeout. Arguments may not contain newlines
         (the argument file is line based); pass file paths as absolute paths so that a name
-        starting with ``-`` is never read as an option.
+        starting with ``-`` is never read as an option. ``retry_if_died``: the command may run
+        again (it is idempotent), so a process that died while running it is restarted once.
         """
+        return self.execute_with_warnings(*args, retry_if_died=retry_if_died)[0]
+
+    def execute_with_warnings(
+        self, *args: str | os.PathLike[str], retry_if_died: bool = False
+    ) -> tuple[str, list[str]]:
+        """:meth:`execute`, also returning exiftool's ``Warning:`` lines for the command."""
+        try:
+            return self._execute(args)
+        except ExifToolDied:
+            if not retry_if_died:
+                raise
+            return self._execute(args)
+
+    def _execute(self, args: tuple[str | os.PathLike[str], ...]) -> tuple[str, list[str]]:
         encoded: list[bytes] = []
         for arg in (*COMMON_ARGS, *args):
             raw = os.fsencode(arg) if isinstance(arg, os.PathLike) else arg.encode("utf-8", "surrogateescape")
@@ -225,7 +251,7 @@ class ExifTool:
                     chunk = os.read(key.fd, 65536)
                     if not chunk:
                         self._kill()
-                        raise PhotoError(
+                        raise ExifToolDied(
                             None,
                             "exiftool died while running a command: "
                             + bytes(err).decode("utf-8", "replace").strip(),
@@ -251,11 +277,12 @@ class ExifTool:
         return bytes(out), bytes(err), status
 
     @staticmethod
-    def _check(args: tuple[object, ...], out: bytes, err: bytes, status: int) -> str:
+    def _check(args: tuple[object, ...], out: bytes, err: bytes, status: int) -> tuple[str, list[str]]:
         text_err = err.decode("utf-8", "replace").strip()
         errors = [line for line in text_err.splitlines() if line.startswith("Error")]
         if status != 0 or errors:
             target = next((str(a) for a in reversed(args) if not str(a).startswith("-")), None)
             reason = "; ".join(errors) or text_err or f"exiftool exited with status {status}"
             raise PhotoError(target, f"exiftool failed: {reason}")
-        return out.decode("utf-8", "replace")
+        warnings = [line.strip() for line in text_err.splitlines() if line.startswith("Warning")]
+        return out.decode("utf-8", "replace"), warnings

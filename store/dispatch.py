@@ -10,8 +10,9 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 from itertools import zip_longest
+from typing import Any
 
-from sqlalchemy import Engine, func, select, text, update
+from sqlalchemy import Engine, Select, and_, func, literal, select, text, tuple_, update
 from sqlalchemy.orm import Session
 
 from photojobs.lanes import LaneSpec
@@ -19,7 +20,7 @@ from photojobs.lanes import LaneSpec
 from .clock import db_now
 from .engine import reader
 from .events import emit_many
-from .models import PENDING, QUEUED, Item, Job
+from .models import PENDING, QUEUED, Item, Job, unindexed_state
 
 DISPATCH_LOCK_BASE = 0x64697370000  # "disp" + lane index
 
@@ -44,60 +45,107 @@ def _lane_lock(s: Session, lane: str) -> bool:
     return bool(s.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": key}).scalar_one())
 
 
+# Per lane, the last job served first by this process's dispatcher: the next call starts after it,
+# so with more jobs than room every job gets its turn (round-robin across calls).
+_last_first_job: dict[str, int] = {}
+JOB_SCAN_EXTRA = 64  # jobs passed over (paused, cancelled, submitting) before a call gives up looking
+
+
+def next_pending_job(lane: str, after: int, dialect: str) -> Select[tuple[str, str, int]]:
+    """The first (lane, state, job) after (``lane``, pending, ``after``) in ``ix_items_dispatch``
+    (lane, state, job_id, id): one seek, however many items are pending. It is the next job with a
+    pending item in ``lane`` when its lane and state are still ``lane`` and pending.
+
+    On PostgreSQL a row-value comparison ordered like the index, so that the planner cannot prefer
+    an index that starts with ``job_id`` (it would walk every item of the older jobs); on SQLite,
+    whose row-value ranges are slow, the plain equality-and-range form of the same seek."""
+    if dialect == "postgresql":
+        key = tuple_(Item.lane, Item.state, Item.job_id)
+        where = key > tuple_(literal(lane), literal(PENDING), literal(after))
+    else:
+        where = and_(Item.lane == lane, Item.state == PENDING, Item.job_id > after)
+    return (
+        select(Item.lane, Item.state, Item.job_id)
+        .where(where)
+        .order_by(Item.lane, Item.state, Item.job_id)
+        .limit(1)
+    )
+
+
+def pending_of_job(lane: str, job_id: int, now: Any, limit: int) -> Select[Any]:
+    """A job's oldest ready items in ``lane`` (a range of ``ix_items_dispatch``)."""
+    return (
+        select(Item.id, Item.fencing_token, Item.job_id, Item.photo_id)
+        .where(Item.lane == lane, Item.state == PENDING, Item.job_id == job_id, Item.not_before <= now)
+        .order_by(Item.id)
+        .limit(limit)
+    )
+
+
+def queued_count(lane: str) -> Select[tuple[int]]:
+    """Messages the lane has in Redis (a range of ``ix_items_dispatch``; at most the bound)."""
+    return select(func.count()).select_from(Item).where(Item.lane == lane, Item.state == QUEUED)
+
+
+def _jobs_with_pending(s: Session, lane: str, want: int) -> list[int]:
+    """Up to ``want`` dispatchable job ids with pending items, starting after the last one served,
+    wrapping around. Each step is an index seek, so the cost follows the jobs looked at, not the
+    number of pending items (a ``DISTINCT job_id`` over them read every one)."""
+    start = _last_first_job.get(lane, 0)
+    dialect = s.get_bind().dialect.name
+    found: list[int] = []
+    after, wrapped, looked = start, False, 0
+    while len(found) < want and looked < want + JOB_SCAN_EXTRA:
+        row = s.execute(next_pending_job(lane, after, dialect)).first()
+        job_id = row.job_id if row is not None and row.lane == lane and row.state == PENDING else None
+        if job_id is None:
+            if wrapped or start == 0:
+                break
+            wrapped, after = True, 0  # from the lowest job again, up to where this call started
+            continue
+        if wrapped and job_id > start:
+            break
+        looked += 1
+        after = job_id
+        row = s.execute(select(Job.control, Job.submitting).where(Job.id == job_id)).one()
+        if row.control is None and not row.submitting:
+            found.append(job_id)
+    return found
+
+
+def mark_queued(item_ids: list[int], now: float) -> Any:
+    """The picked items, still pending, become queued: by primary key (``unindexed_state`` keeps
+    SQLite from reading every pending item through an index on ``state`` instead)."""
+    return (
+        update(Item)
+        .where(Item.id.in_(item_ids), unindexed_state(PENDING))
+        .values(state=QUEUED, queued_at=now, updated_at=now)
+        .returning(Item.id)
+    )
+
+
 def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = None) -> list[Publish]:
-    """Move up to (bound - queued) ready items of the lane to ``queued``; round-robin over jobs."""
+    """Move up to (bound - queued) ready items of the lane to ``queued``; round-robin over jobs.
+
+    Jobs that are paused, cancelled or still being submitted are passed over.
+    """
     bound = spec.effective_bound if bound is None else bound
     with Session(engine) as s, s.begin():
         if not _lane_lock(s, spec.name):
             return []  # another dispatcher of this lane is at work right now
-        queued = s.execute(
-            select(func.count()).select_from(Item).where(Item.lane == spec.name, Item.state == QUEUED)
-        ).scalar_one()
-        room = bound - queued
+        room = bound - s.execute(queued_count(spec.name)).scalar_one()
         if room <= 0:
             return []
         now = s.execute(select(db_now())).scalar_one()
-        job_ids = (
-            s.execute(
-                select(Item.job_id)
-                .where(Item.lane == spec.name, Item.state == PENDING)
-                .distinct()
-                .order_by(Item.job_id)
-            )
-            .scalars()
-            .all()
-        )
+        job_ids = _jobs_with_pending(s, spec.name, room)
         if not job_ids:
             return []
-        live = set(s.execute(select(Job.id).where(Job.id.in_(job_ids), Job.control.is_(None))).scalars())
-        per_job = []
-        for job_id in job_ids:
-            if job_id not in live:
-                continue
-            per_job.append(
-                s.execute(
-                    select(Item.id, Item.fencing_token, Item.job_id, Item.photo_id)
-                    .where(
-                        Item.lane == spec.name,
-                        Item.state == PENDING,
-                        Item.job_id == job_id,
-                        Item.not_before <= now,
-                    )
-                    .order_by(Item.id)
-                    .limit(room)
-                ).all()
-            )
+        _last_first_job[spec.name] = job_ids[0]
+        per_job = [s.execute(pending_of_job(spec.name, j, now, room)).all() for j in job_ids]
         picked = [r for group in zip_longest(*per_job) for r in group if r is not None][:room]
         if not picked:
             return []
-        queued_ids = set(
-            s.execute(
-                update(Item)
-                .where(Item.id.in_([r.id for r in picked]), Item.state == PENDING)
-                .values(state=QUEUED, queued_at=now, updated_at=now)
-                .returning(Item.id)
-            ).scalars()
-        )
+        queued_ids = set(s.execute(mark_queued([r.id for r in picked], now)).scalars())
         picked = [r for r in picked if r.id in queued_ids]  # a concurrent pause/cancel took the others
         emit_many(
             s,
@@ -116,15 +164,21 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
     return [Publish(r.id, r.fencing_token, spec.name) for r in picked]
 
 
+def stale_queued_query(older_than: float, limit: int) -> Select[Any]:
+    """The sweeper's look for lost messages: the queued range of ``ix_items_lease`` (state, …);
+    queued items are at most the lanes' bounds, however many are pending."""
+    return (
+        select(Item.id, Item.fencing_token, Item.lane, (db_now() - Item.queued_at).label("age"))
+        .where(Item.state == QUEUED, Item.queued_at < db_now() - older_than)
+        .order_by(Item.queued_at)
+        .limit(limit)
+    )
+
+
 def stale_queued(engine: Engine, older_than: float, limit: int = 1000) -> list[Publish]:
     """``queued`` items whose message was published more than ``older_than`` seconds ago."""
     with Session(reader(engine)) as s:
-        rows = s.execute(
-            select(Item.id, Item.fencing_token, Item.lane, (db_now() - Item.queued_at).label("age"))
-            .where(Item.state == QUEUED, Item.queued_at < db_now() - older_than)
-            .order_by(Item.queued_at)
-            .limit(limit)
-        ).all()
+        rows = s.execute(stale_queued_query(older_than, limit)).all()
     return [Publish(r.id, r.fencing_token, r.lane, float(r.age)) for r in rows]
 
 

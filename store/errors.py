@@ -23,8 +23,12 @@ class StaleLease(StoreError):
         )
 
 
-class BacklogFull(StoreError):
-    """Submission refused: a lane's backlog would exceed its bound."""
+class SubmissionError(StoreError, ValueError):
+    """Submission refused for bad input (no photos, a path outside the roots, an unknown lane)."""
+
+
+class BacklogFull(SubmissionError):
+    """Submission refused: a lane's backlog would exceed its bound (retry later: HTTP 429)."""
 
     def __init__(self, lane: str, backlog: int, adding: int, bound: int) -> None:
         self.lane = lane
@@ -43,5 +47,75 @@ class UnknownJob(StoreError):
         super().__init__(f"no job with id {job_id}")
 
 
-class SubmissionError(StoreError, ValueError):
-    """Submission refused for bad input (no photos, a path outside the roots, an unknown lane)."""
+class NotApplicable(StoreError):
+    """A control action that does not apply to the job as it is (resume a cancelled job: HTTP 409)."""
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work, named with its problem (``photojobs`` exits 64 on it)."""
+
+    def __init__(self, setting: str, problem: str) -> None:
+        self.setting = setting
+        self.problem = problem
+        super().__init__(f"{setting}: {problem}")
+
+
+# How a store error raised by a claim is treated (``classify_store_error``).
+UNAVAILABLE = "unavailable"  # the store cannot be reached: nothing is recorded, the sweeper re-publishes
+TRANSIENT = "transient"  # may pass (a lock, a deadlock): recorded; counts as an attempt if it repeats
+DETERMINISTIC = "deterministic"  # will fail the same way again: counts as an attempt at once
+
+_UNAVAILABLE_TEXT = (
+    "connection",
+    "could not connect",
+    "server closed",
+    "terminating",
+    "unable to open database",
+    "disk i/o error",
+)
+_DETERMINISTIC_TEXT = (
+    "number of parameters",  # psycopg: more than 65,535 bind parameters
+    "too many sql variables",  # SQLite: more than 32,766
+    "too many terms",
+    "no such table",
+    "no such column",
+    "syntax error",
+)
+_TRANSIENT_TEXT = ("database is locked", "database table is locked", "deadlock", "could not serialize")
+
+
+def error_text(exc: BaseException, limit: int = 500) -> str:
+    """A one-line description of an error: the driver's own message, without the SQL and its
+    parameters SQLAlchemy appends (a bundle's statement can be megabytes long)."""
+    orig = getattr(exc, "orig", None) or exc
+    first = (str(orig).strip().splitlines() or [""])[0]
+    return f"{type(orig).__name__}: {first}"[:limit]
+
+
+def classify_store_error(exc: BaseException) -> str:
+    """``UNAVAILABLE``, ``TRANSIENT`` or ``DETERMINISTIC`` for an exception raised by a store call."""
+    from sqlalchemy import exc as sa_exc
+
+    if isinstance(exc, sa_exc.DisconnectionError | sa_exc.TimeoutError | OSError):
+        return UNAVAILABLE
+    if isinstance(exc, sa_exc.DBAPIError):
+        text = str(exc.orig).lower()
+        code = str(getattr(exc.orig, "sqlstate", None) or "")
+        if exc.connection_invalidated or isinstance(exc, sa_exc.InterfaceError):
+            return UNAVAILABLE
+        if code[:2] in ("08", "53", "57", "58"):  # connection, resources, operator intervention, system
+            return UNAVAILABLE
+        if code[:2] == "40" or code == "55P03":  # serialization failure, deadlock, lock not available
+            return TRANSIENT
+        if isinstance(exc, sa_exc.ProgrammingError | sa_exc.DataError | sa_exc.IntegrityError):
+            return DETERMINISTIC
+        if isinstance(exc, sa_exc.NotSupportedError) or any(t in text for t in _DETERMINISTIC_TEXT):
+            return DETERMINISTIC
+        if any(t in text for t in _TRANSIENT_TEXT):
+            return TRANSIENT
+        if any(t in text for t in _UNAVAILABLE_TEXT):
+            return UNAVAILABLE
+        return TRANSIENT  # other operational errors: judged by whether they repeat
+    if isinstance(exc, sa_exc.OperationalError):
+        return TRANSIENT
+    return DETERMINISTIC  # a bug (TypeError, KeyError, …) fails the same way every time

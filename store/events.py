@@ -24,7 +24,7 @@ from .engine import reader
 from .models import Event
 
 EVENT_SEQUENCER_LOCK = 0x70686F746F  # "photo"
-MAX_BATCH = 20000
+MAX_BATCH = 5000  # events numbered per transaction (SQLite: the write lock is held meanwhile)
 
 
 def emit(

@@ -1,25 +1,52 @@
 """File-effect intents (exactly-once file effects, DESIGN.md rule 9) and the photo facts they use.
 
-An intent says "move ``staged`` to ``target`` (expected content ``sha256``)". It is recorded in a
-fenced transaction *before* the file operation, applied with one atomic operation, then marked
-``applied`` (or ``discarded``) in another fenced transaction. A recovering attempt of the same item
-finishes or discards the intents its predecessors left ``recorded``.
+An intent says "move ``staged`` to ``target``; the target held ``base_sha256`` when this was
+planned and will hold ``result_sha256``". It is recorded in a fenced transaction *before* the file
+operation, applied with one atomic operation, then marked ``applied`` (or ``discarded``) in another
+fenced transaction. A recovering attempt of the same item finishes or discards the intents its
+predecessors left ``recorded``; intents of items that stopped are settled by the sweeper
+(:func:`settle_orphans`), deciding from the disk (``photos.recovery``).
+
+While an intent is ``recorded`` its item's photo locks stay held, by the intent once the item's
+lease ends (``photo_locks.intent_id``); settling the item's last intent releases them.
+Lock order (every path): job -> item -> photo -> intent -> photo lock rows.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, delete, exists, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
+
+from photos import fileops, recovery
 
 from .clock import db_now
 from .engine import reader
 from .events import emit
 from .items import Lease
-from .models import SUCCEEDED, Intent, Item, Photo
+from .models import (
+    CANCELLED,
+    FAILED,
+    PAUSED,
+    RUNNING,
+    SKIPPED,
+    SUCCEEDED,
+    Intent,
+    Item,
+    Job,
+    Photo,
+    PhotoLock,
+)
+
+log = logging.getLogger("photojobs.intents")
 
 RECORDED = "recorded"
 APPLIED = "applied"
@@ -36,14 +63,41 @@ class IntentRow:
     staged: str
     target: str
     source: str | None
-    sha256: str | None
+    base_sha256: str | None
+    result_sha256: str | None
     state: str
+
+    @property
+    def sha256(self) -> str | None:
+        """The content the effect produces (the column was ``sha256`` before revision 0002)."""
+        return self.result_sha256
+
+    def effect(self) -> recovery.Effect:
+        return recovery.Effect(
+            self.kind, self.staged, self.target, self.source, self.base_sha256, self.result_sha256
+        )
 
 
 def _row(i: Intent) -> IntentRow:
     return IntentRow(
-        i.id, i.item_id, i.token, i.photo_id, i.kind, i.staged, i.target, i.source, i.sha256, i.state
+        i.id,
+        i.item_id,
+        i.token,
+        i.photo_id,
+        i.kind,
+        i.staged,
+        i.target,
+        i.source,
+        i.base_sha256,
+        i.result_sha256,
+        i.state,
     )
+
+
+def lock_item(s: Session, item_id: int) -> None:
+    """Row-lock the item first, so a transaction that also touches photos and intents takes its
+    locks in the global order (job -> item -> photo -> intent)."""
+    s.execute(select(Item.id).where(Item.id == item_id).with_for_update()).all()
 
 
 class TargetTaken(Exception):  # noqa: N818
@@ -60,9 +114,12 @@ def record(
     source: str | None,
     sha256: str | None,
     worker: str | None,
+    base_sha256: str | None = None,
 ) -> int:
     """Record an intent in the caller's fenced session; ``TargetTaken`` if another live intent
-    already names the target (the unique index on live targets decides)."""
+    already names the target (the unique index on live targets decides). ``sha256`` is the
+    content the effect produces, ``base_sha256`` the content the target has now (None: new name)."""
+    lock_item(s, lease.item_id)
     try:
         with s.begin_nested():
             intent_id = s.execute(
@@ -75,7 +132,8 @@ def record(
                     staged=staged,
                     target=target,
                     source=source,
-                    sha256=sha256,
+                    base_sha256=base_sha256,
+                    result_sha256=sha256,
                     state=RECORDED,
                     created_at=db_now(),
                 )
@@ -109,8 +167,10 @@ def settle(
     photo_sha256: str | None = None,
     note: str | None = None,
 ) -> None:
-    """Mark an intent applied/discarded (fenced session); an applied move also moves the photo's path."""
-    s.execute(update(Intent).where(Intent.id == intent_id, Intent.state == RECORDED).values(state=state))
+    """Mark an intent applied/discarded (fenced session); an applied move also moves the photo's path.
+
+    Locks: the item, then the photo, then the intent (the global order)."""
+    lock_item(s, lease.item_id)
     values: dict[str, Any] = {}
     if photo_path is not None:
         values["path"] = photo_path
@@ -119,6 +179,7 @@ def settle(
     if values and lease.photo_id is not None:
         values["updated_at"] = db_now()
         s.execute(update(Photo).where(Photo.id == lease.photo_id).values(**values))
+    s.execute(update(Intent).where(Intent.id == intent_id, Intent.state == RECORDED).values(state=state))
     emit(
         s,
         f"intent_{state}",
@@ -160,7 +221,8 @@ def live_staged_paths(engine: Engine) -> set[str]:
 
 
 def photo_facts(engine: Engine, job_id: int, photo_id: int | None) -> dict[str, Any] | None:
-    """The photo's analysis facts: this job's analysis item if it has one, else the newest from any job."""
+    """The photo's analysis facts: this job's analysis item if it has one, else the newest from any job;
+    plus ``file_time``, the file's modification time recorded at submission, when known."""
     if photo_id is None:
         return None
     with Session(reader(engine)) as s:
@@ -169,11 +231,156 @@ def photo_facts(engine: Engine, job_id: int, photo_id: int | None) -> dict[str, 
             .where(Item.photo_id == photo_id, Item.lane == "analysis", Item.state == SUCCEEDED)
             .order_by(Item.id.desc())
         ).all()
-    for job, result in rows:
-        if job == job_id and result:
-            return dict(result)
-    return dict(rows[0].result) if rows and rows[0].result else None
+        file_time = s.execute(select(Photo.file_time).where(Photo.id == photo_id)).scalar()
+    facts = next((dict(result) for job, result in rows if job == job_id and result), None)
+    if facts is None and rows and rows[0].result:
+        facts = dict(rows[0].result)
+    if file_time is not None:
+        facts = {**(facts or {}), "file_time": file_time}
+    return facts
 
 
 def set_photo_hash(s: Session, photo_id: int, sha256: str, size: int | None) -> None:
     s.execute(update(Photo).where(Photo.id == photo_id).values(sha256=sha256, size=size, updated_at=db_now()))
+
+
+class IntentSettled(Exception):  # noqa: N818
+    """The intent is no longer ``recorded``: someone else settled it; do not apply it."""
+
+
+def assert_live(s: Session, lease: Lease, intent_id: int) -> None:
+    """The fenced check right before a file operation: the item (locked first) and the intent
+    must still be live; the session's commit then checks the lease itself."""
+    lock_item(s, lease.item_id)
+    state = s.execute(select(Intent.state).where(Intent.id == intent_id)).scalar_one_or_none()
+    if state != RECORDED:
+        raise IntentSettled(f"intent {intent_id} is {state or 'gone'}; not applying it")
+
+
+# Items in these states have no worker that will come back for their intents.
+STOPPED = (PAUSED, CANCELLED, FAILED, SKIPPED, SUCCEEDED)
+
+
+def settle_orphans(engine: Engine, limit: int = 100) -> int:
+    """Settle the recorded intents of items that stopped (paused, cancelled, failed, …), deciding
+    from the disk without applying anything: result on disk -> applied (the photo moves with it),
+    otherwise discarded and the staged file removed. Then release the photo locks those intents
+    held, and any lock left by an item that is neither running nor owns a live intent.
+
+    Items are row-locked (``SKIP LOCKED``) first, so a claim of the same item (a resume) waits and
+    then recovers whatever is left; the order is item -> photo -> intent -> photo lock rows.
+    Returns how many intents were settled.
+    """
+    settled = 0
+    with Session(engine) as s, s.begin():
+        item_ids = list(
+            s.execute(
+                select(Item.id)
+                .where(
+                    Item.id.in_(select(Intent.item_id).where(Intent.state == RECORDED)),
+                    Item.state.in_(STOPPED),
+                )
+                .order_by(Item.id)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+            ).scalars()
+        )
+        for item_id in item_ids:
+            item = s.get(Item, item_id)
+            if item is None or item.state not in STOPPED:
+                continue
+            rows = s.execute(
+                select(Intent).where(Intent.item_id == item_id, Intent.state == RECORDED).order_by(Intent.id)
+            ).scalars()
+            for intent in list(rows):
+                row = _row(intent)
+                try:
+                    verdict = recovery.settle_on_disk(row.effect(), may_apply=False, tag=f"sweep{row.id}")
+                except OSError as exc:
+                    log.warning("cannot settle intent %s yet: %s", row.id, exc)
+                    continue
+                settled += _settle_stopped(s, item, row, verdict)
+            _release_if_settled(s, item_id)
+        # Locks no lease and no live intent owns (e.g. left by an older version): release them.
+        s.execute(
+            delete(PhotoLock).where(
+                ~exists().where(Item.id == PhotoLock.item_id, Item.state == RUNNING),
+                ~exists().where(Intent.item_id == PhotoLock.item_id, Intent.state == RECORDED),
+            )
+        )
+    return settled
+
+
+def _settle_stopped(s: Session, item: Item, row: IntentRow, verdict: recovery.Verdict) -> int:
+    state = verdict.settles_as
+    moved = state == APPLIED and row.photo_id is not None and row.kind in ("move", "replace")
+    if moved:
+        values: dict[str, Any] = {"sha256": row.result_sha256, "updated_at": db_now()}
+        if row.kind == "move":
+            values["path"] = row.target
+        s.execute(update(Photo).where(Photo.id == row.photo_id).values(**values))
+    done = s.execute(
+        update(Intent).where(Intent.id == row.id, Intent.state == RECORDED).values(state=state)
+    ).rowcount
+    emit(
+        s,
+        f"intent_{state}",
+        job_id=item.job_id,
+        item_id=item.id,
+        photo_id=row.photo_id,
+        lane=item.lane,
+        attempt=item.attempt,
+        token=item.fencing_token,
+        worker="sweeper",
+        detail={
+            "intent": row.id,
+            "note": f"item {item.state}: {verdict.note}",
+            **({"path": row.target} if moved and row.kind == "move" else {}),
+        },
+    )
+    return done
+
+
+def _release_if_settled(s: Session, item_id: int) -> None:
+    live = s.execute(
+        select(Intent.id).where(Intent.item_id == item_id, Intent.state == RECORDED).limit(1)
+    ).scalar_one_or_none()
+    if live is None:
+        s.execute(delete(PhotoLock).where(PhotoLock.item_id == item_id))
+
+
+def stray_roots(engine: Engine) -> list[Path]:
+    """Folders where staged files may be: every job's roots, archive roots and local upload targets."""
+    with Session(reader(engine)) as s:
+        rows = s.execute(select(Job.roots, Job.params)).all()
+    found: dict[str, None] = {}
+    for roots, params in rows:
+        for r in roots or []:
+            found[str(r)] = None
+        params = params or {}
+        for key in ("archive.root", "upload.target"):
+            value = params.get(key)
+            if isinstance(value, str) and value and "://" not in value:
+                found[value] = None
+    return [Path(p) for p in found if Path(p).is_dir()]
+
+
+def sweep_stray_staged(engine: Engine, grace: float, roots: Iterable[Path] | None = None) -> list[Path]:
+    """Remove staged files (our ``.{name}.pj-{tag}.tmp`` pattern only) under the jobs' roots that
+    no live intent owns and that are older than ``grace`` seconds (an attempt may be writing one
+    it has not recorded yet)."""
+    live = live_staged_paths(engine)
+    now = time.time()
+
+    def keep(path: Path) -> bool:
+        # A staged move is a hard link to the photo and carries the photo's old mtime: its ctime
+        # (changed by the link and by every rename) says when it was made or claimed.
+        try:
+            return str(path) in live or now - os.lstat(path).st_ctime <= grace
+        except FileNotFoundError:
+            return True
+
+    removed: list[Path] = []
+    for root in roots if roots is not None else stray_roots(engine):
+        removed += fileops.sweep_stray_temps(root, grace, keep, now=now)
+    return removed

@@ -2,15 +2,22 @@
 
 Every state change is a compare-and-set on (item id, fencing token, state) and writes its event
 in the same transaction. Times come from the database clock (``db_now``).
+
+Lock order, on every path (PostgreSQL row locks; SQLite serializes whole transactions):
+**job -> item -> photo -> intent** (then photo-lock rows). A path that needs the job's control
+request reads it (``lock_job``, a share lock) *before* it touches any item; ``cancel``/``pause``/
+``resume`` lock the job for update and then its items; items are locked in ascending id order,
+photos in ascending id order. Photo locks of an item with an unsettled intent outlive its lease:
+they pass to the intent (``photo_locks.intent_id``) and are released when it is settled.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import Engine, delete, func, insert, select, tuple_, update
+from sqlalchemy import Engine, Select, and_, delete, insert, literal, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from photojobs.lanes import EXCLUSIVE, NO_LOCK, LaneSpec
@@ -29,14 +36,19 @@ from .models import (
     RUNNING,
     SKIPPED,
     SUCCEEDED,
-    TERMINAL,
     WAITING,
+    Intent,
     Item,
     ItemPhoto,
     Job,
     Photo,
     PhotoLock,
+    unindexed_state,
 )
+
+RECORDED_INTENT = "recorded"  # store.intents.RECORDED (that module imports this one)
+T = TypeVar("T")
+UNFINISHED = (WAITING, PENDING, QUEUED, RUNNING, PAUSED)
 
 
 @dataclass(frozen=True)
@@ -77,16 +89,30 @@ def item_photo_ids(s: Session, item: Item) -> tuple[int, ...]:
     return tuple(sorted(ids))
 
 
+IN_CHUNK = 10_000  # values per IN list / rows per statement: far below either store's parameter limit
+
+
+def chunked(values: Sequence[T], size: int = IN_CHUNK) -> Iterator[Sequence[T]]:
+    """``values`` in slices of at most ``size`` (for IN lists and multi-row statements)."""
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
 def _lock_conflicts(s: Session, item_id: int, photo_ids: tuple[int, ...], mode: str) -> list[tuple[int, int]]:
     """Take the photos' row locks in ascending id order, then list conflicting photo locks."""
     if not photo_ids:
         return []
-    s.execute(select(Photo.id).where(Photo.id.in_(photo_ids)).order_by(Photo.id).with_for_update()).all()
-    held = s.execute(
-        select(PhotoLock.photo_id, PhotoLock.item_id, PhotoLock.mode).where(
-            PhotoLock.photo_id.in_(photo_ids), PhotoLock.item_id != item_id
-        )
-    ).all()
+    held = []
+    # In chunks of ascending ids (the global order is kept across chunks): a bundle of 100,000 photos
+    # would pass PostgreSQL's 65,535 bind parameters (SQLite's 32,766) in one statement.
+    for chunk in chunked(sorted(photo_ids)):
+        s.execute(select(Photo.id).where(Photo.id.in_(chunk)).order_by(Photo.id).with_for_update()).all()
+    for chunk in chunked(sorted(photo_ids)):
+        held += s.execute(
+            select(PhotoLock.photo_id, PhotoLock.item_id, PhotoLock.mode).where(
+                PhotoLock.photo_id.in_(chunk), PhotoLock.item_id != item_id
+            )
+        ).all()
     return [(h.photo_id, h.item_id) for h in held if mode == EXCLUSIVE or h.mode == EXCLUSIVE]
 
 
@@ -100,7 +126,7 @@ def claim(engine: Engine, spec: LaneSpec, item_id: int, token: int, worker: str)
     with Session(engine) as s, s.begin():
         # One statement for the item (row-locked), its job's parameters and its photo's path.
         row = s.execute(
-            select(Item, Job.params, Job.roots, Job.lanes, Photo.path)
+            select(Item, Job.params, Job.roots, Job.lanes, Photo.path, Job.submitting)
             .join(Job, Job.id == Item.job_id)
             .outerjoin(Photo, Photo.id == Item.photo_id)
             .where(Item.id == item_id)
@@ -108,13 +134,16 @@ def claim(engine: Engine, spec: LaneSpec, item_id: int, token: int, worker: str)
         ).first()
         if row is None:
             return ClaimOutcome(None, f"unknown item {item_id}")
-        item, job_params, job_roots, job_lanes, photo_path = row
+        item, job_params, job_roots, job_lanes, photo_path, job_submitting = row
         if item.lane != spec.name:
             return ClaimOutcome(None, f"item {item_id} belongs to lane {item.lane!r}, not {spec.name!r}")
         if item.fencing_token != token:
             return ClaimOutcome(None, f"stale token {token}: item {item_id} is at token {item.fencing_token}")
         if item.state not in (QUEUED, PENDING):
             return ClaimOutcome(None, f"item {item_id} is {item.state}, not claimable")
+        if job_submitting:  # the dispatcher passes such jobs over; a stray message waits too
+            _defer(s, item, worker, 1.0, {"reason": "job still being submitted"})
+            return ClaimOutcome(None, f"job {item.job_id} is still being submitted", True)
         photo_ids = item_photo_ids(s, item)
         if spec.lock != NO_LOCK:
             conflicts = _lock_conflicts(s, item_id, photo_ids, spec.lock)
@@ -144,6 +173,19 @@ def claim(engine: Engine, spec: LaneSpec, item_id: int, token: int, worker: str)
                 return ClaimOutcome(None, f"photo {conflicts[0][0]} locked by item {conflicts[0][1]}", True)
         new_token = token + 1
         attempt = item.attempt + 1
+        # Locks first, the lease last: a bundle's thousands of lock rows take time, and the lease's
+        # expiry (the database clock at the statement) must not be spent before the claim commits.
+        if spec.lock != NO_LOCK and photo_ids:
+            # Locks this item's own unsettled intents kept: the new attempt holds them again (and
+            # recovers those intents first).
+            s.execute(delete(PhotoLock).where(PhotoLock.item_id == item_id))
+            s.execute(
+                insert(PhotoLock),
+                [
+                    {"photo_id": p, "item_id": item_id, "mode": spec.lock, "token": new_token}
+                    for p in photo_ids
+                ],
+            )
         s.execute(
             update(Item)
             .where(Item.id == item_id, Item.fencing_token == token)
@@ -158,14 +200,6 @@ def claim(engine: Engine, spec: LaneSpec, item_id: int, token: int, worker: str)
                 updated_at=db_now(),
             )
         )
-        if spec.lock != NO_LOCK and photo_ids:
-            s.execute(
-                insert(PhotoLock),
-                [
-                    {"photo_id": p, "item_id": item_id, "mode": spec.lock, "token": new_token}
-                    for p in photo_ids
-                ],
-            )
         emit(
             s,
             "item_claimed",
@@ -197,6 +231,86 @@ def claim(engine: Engine, spec: LaneSpec, item_id: int, token: int, worker: str)
         return ClaimOutcome(lease, "claimed")
 
 
+def _defer(s: Session, item: Item, worker: str | None, delay: float, detail: dict[str, Any]) -> None:
+    """The item (queued/pending, row locked) goes back to ``pending`` for ``delay`` s, holding nothing."""
+    s.execute(
+        update(Item)
+        .where(Item.id == item.id)
+        .values(state=PENDING, queued_at=None, not_before=db_now() + delay, updated_at=db_now())
+    )
+    emit(
+        s,
+        "item_deferred",
+        job_id=item.job_id,
+        item_id=item.id,
+        photo_id=item.photo_id,
+        lane=item.lane,
+        attempt=item.attempt,
+        token=item.fencing_token,
+        worker=worker,
+        detail=detail,
+    )
+
+
+def claim_failed(
+    engine: Engine, spec: LaneSpec, item_id: int, token: int, error: str, worker: str, *, counts: bool
+) -> str | None:
+    """Record a claim that raised instead of claiming (the store answered, the claim did not work).
+
+    It counts as an attempt when ``counts`` (a deterministic error: a programming or data error,
+    too many bind parameters) or when it is the same error as the item's last failed claim (an
+    error that repeats will not pass by itself): the token moves on, ``item_claim_failed`` is
+    written, and once the lane's attempts are spent the item ends ``failed`` with the error (later
+    lanes of its photos are skipped). A first, possibly passing error only defers the item with
+    backoff (``item_deferred``). Returns the item's new state, or None when (item, token) is no
+    longer claimable (someone else moved it on)."""
+    message = f"claim failed: {error}"
+    with Session(engine) as s, s.begin():
+        item = s.execute(select(Item).where(Item.id == item_id).with_for_update()).scalar_one_or_none()
+        if item is None or item.fencing_token != token or item.state not in (QUEUED, PENDING):
+            return None
+        if not counts and item.error != message:
+            _defer(
+                s,
+                item,
+                worker,
+                spec.retry_delay(item.attempt + 1),
+                {"reason": "claim failed", "error": error},
+            )
+            s.execute(update(Item).where(Item.id == item_id).values(error=message))
+            return PENDING
+        attempt, new_token = item.attempt + 1, token + 1
+        exhausted = attempt >= spec.max_attempts
+        state = FAILED if exhausted else ready_state(s, item.job_id)
+        s.execute(
+            update(Item)
+            .where(Item.id == item_id, Item.fencing_token == token)
+            .values(
+                state=state,
+                attempt=attempt,
+                fencing_token=new_token,
+                queued_at=None,
+                error=message,
+                not_before=db_now() + spec.retry_delay(attempt),
+                updated_at=db_now(),
+            )
+        )
+        common: dict[str, Any] = {
+            "job_id": item.job_id,
+            "item_id": item_id,
+            "photo_id": item.photo_id,
+            "lane": item.lane,
+            "attempt": attempt,
+            "token": new_token,
+            "worker": worker,
+        }
+        emit(s, "item_claim_failed", **common, detail={"error": error, "state": state})
+        if exhausted:
+            emit(s, "item_failed", **common, detail={"error": message})
+            skip_successors(s, item.job_id, item.position, item_photo_ids(s, item), f"{item.lane} {message}")
+        return state
+
+
 @dataclass(frozen=True)
 class Renewal:
     held: dict[int, str | None]  # item id -> job control request (None, "cancel", "pause")
@@ -214,7 +328,11 @@ def renew(engine: Engine, leases: Mapping[int, int]) -> Renewal:
     with Session(engine) as s, s.begin():
         renewed = s.execute(
             update(Item)
-            .where(Item.state == RUNNING, tuple_(Item.id, Item.fencing_token).in_(pairs))
+            .where(
+                Item.id.in_(list(leases)),  # the primary key, whatever the planner makes of the pairs
+                Item.state == RUNNING,
+                tuple_(Item.id, Item.fencing_token).in_(pairs),
+            )
             .values(lease_expires_at=db_now() + Item.lease_ttl)
             .returning(Item.id, Item.job_id)
         ).all()
@@ -235,8 +353,44 @@ def save_checkpoint(s: Session, lease: Lease, data: dict[str, Any]) -> None:
     )
 
 
+def lock_job(s: Session, job_id: int) -> str | None:
+    """Share-lock the job row and return its control request. Called before any item is touched
+    (the global lock order job -> item -> photo -> intent), so a concurrent cancel/pause (which
+    locks the job for update, then its items) either sees this transaction's result or waits."""
+    return s.execute(select(Job.control).where(Job.id == job_id).with_for_update(read=True)).scalar_one()
+
+
+def lock_for_finish(s: Session, lease: Lease) -> str | None:
+    """The first statements of a finishing transaction: the job (share), then the item (update).
+    Taken once per transaction."""
+    key = ("finish_locked", lease.item_id)
+    if key in s.info:
+        return s.info[key]  # type: ignore[no-any-return]
+    control = lock_job(s, lease.job_id)
+    s.execute(select(Item.id).where(Item.id == lease.item_id).with_for_update()).all()
+    s.info[key] = control
+    return control
+
+
+def release_locks(s: Session, item_id: int) -> int | None:
+    """An item's lease ended: drop its photo locks, unless it has an unsettled intent; then the
+    intent holds them (returned) until it is settled (``store.intents``)."""
+    live = s.execute(
+        select(Intent.id)
+        .where(Intent.item_id == item_id, Intent.state == RECORDED_INTENT)
+        .order_by(Intent.id)
+        .limit(1)
+    ).scalar_one_or_none()
+    if live is None:
+        s.execute(delete(PhotoLock).where(PhotoLock.item_id == item_id))
+    else:
+        s.execute(update(PhotoLock).where(PhotoLock.item_id == item_id).values(intent_id=live))
+    return live
+
+
 def _end_lease(s: Session, lease: Lease, **values: Any) -> None:
-    """CAS the running item to its next state and drop its photo locks (the fence guards the commit)."""
+    """CAS the running item to its next state and release its photo locks (the fence guards the
+    commit). The caller has locked the job first (``lock_for_finish``)."""
     s.info["ended_lease"] = True
     s.execute(
         update(Item)
@@ -244,7 +398,7 @@ def _end_lease(s: Session, lease: Lease, **values: Any) -> None:
         .values(lease_owner=None, lease_expires_at=None, updated_at=db_now(), **values)
     )
     if lease.holds_locks:
-        s.execute(delete(PhotoLock).where(PhotoLock.item_id == lease.item_id))
+        release_locks(s, lease.item_id)
 
 
 def _event(
@@ -266,6 +420,7 @@ def _event(
 
 def succeed(s: Session, lease: Lease, result: dict[str, Any] | None, worker: str | None) -> None:
     """Finish a running item as ``succeeded`` and make the photo's next lane ready (fenced session)."""
+    lock_for_finish(s, lease)
     _end_lease(s, lease, state=SUCCEEDED, result=result, error=None)
     _event(s, "item_succeeded", lease, worker, {"result": result} if result else None)
     advance_pipeline(s, lease.job_id, lease.position, lease.photo_ids, len(lease.job_lanes))
@@ -278,6 +433,7 @@ def fail(
 
     Returns the new state.
     """
+    lock_for_finish(s, lease)
     if retry and lease.attempt < spec.max_attempts:
         delay = spec.retry_delay(lease.attempt)
         state = ready_state(s, lease.job_id)
@@ -295,6 +451,7 @@ def stop(s: Session, lease: Lease, worker: str | None, reason: str) -> str:
     transaction, under a share lock): ``cancelled``, ``paused``, or back to ``pending`` (a resume
     came first, or the worker is shutting down). A stop that was not a failure does not use up an
     attempt."""
+    lock_for_finish(s, lease)
     state = ready_state(s, lease.job_id)
     if state == CANCELLED:
         _end_lease(s, lease, state=CANCELLED)
@@ -315,42 +472,83 @@ def ready_state(s: Session, job_id: int) -> str:
     """The state an item becomes when it is ready to run: ``pending``, or ``paused``/``cancelled``
     when its job asks so. Reads the job under a share lock so a concurrent cancel/pause (which
     locks the job row for update) sees this transaction's result and sweeps it up."""
-    control = s.execute(select(Job.control).where(Job.id == job_id).with_for_update(read=True)).scalar_one()
+    return state_for(lock_job(s, job_id))
+
+
+def state_for(control: str | None) -> str:
+    """The ready state for a job control request."""
     return {CANCEL: CANCELLED, PAUSE: PAUSED}.get(control or "", PENDING)
+
+
+def successors_query(job_id: int, position: int, photo_ids: Sequence[int]) -> Select[tuple[Item]]:
+    """Waiting items of later lanes for these photos: ``ix_items_job_photo`` (job, photo, position)."""
+    return select(Item).where(
+        Item.job_id == job_id,
+        Item.position > position,
+        Item.photo_id.in_(photo_ids),
+        unindexed_state(WAITING),
+    )
 
 
 def _successors(s: Session, job_id: int, position: int, photo_ids: Iterable[int]) -> list[Item]:
     ids = tuple(photo_ids)
-    if not ids:
-        return []
-    return list(
-        s.execute(
-            select(Item).where(
-                Item.job_id == job_id, Item.position > position, Item.photo_id.in_(ids), Item.state == WAITING
-            )
-        ).scalars()
+    out: list[Item] = []
+    for chunk in chunked(ids):
+        out += s.execute(successors_query(job_id, position, chunk)).scalars()
+    return out
+
+
+def unfinished_in_lane(job_id: int, lane: str, state: str, dialect: str) -> Select[tuple[int, str, str]]:
+    """The first (job, lane, state) at or after (``job_id``, ``lane``, ``state``) in
+    ``ix_items_job_state``: one seek that stops at the first row. An item of the lane is in
+    ``state`` when that row equals the key. On PostgreSQL a row-value comparison in the index's
+    order, so the planner cannot prefer reading the table for a LIMIT 1; on SQLite plain equalities
+    (its row-value ranges are slow)."""
+    if dialect == "postgresql":
+        key = tuple_(Item.job_id, Item.lane, Item.state)
+        where = key >= tuple_(literal(job_id), literal(lane), literal(state))
+    else:
+        where = and_(Item.job_id == job_id, Item.lane == lane, Item.state == state)
+    return (
+        select(Item.job_id, Item.lane, Item.state)
+        .where(where)
+        .order_by(Item.job_id, Item.lane, Item.state)
+        .limit(1)
     )
+
+
+def lane_unfinished(s: Session, job_id: int, lane: str) -> bool:
+    """Has any item of the job's ``lane`` not ended? One seek per unfinished state, so finishing
+    an item of a 100,000-photo job does not count the others (a count over the lane's items — and
+    before that a scan of the job's items, ``position`` having no index — made it quadratic)."""
+    dialect = s.get_bind().dialect.name
+    for state in UNFINISHED:
+        row = s.execute(unfinished_in_lane(job_id, lane, state, dialect)).first()
+        if row is not None and tuple(row) == (job_id, lane, state):
+            return True
+    return False
 
 
 def release_bundle(s: Session, job_id: int, position: int) -> None:
     """A bundle item (several photos, at ``position``) becomes ready once every item of the lane
     before it has ended. Its row is locked first, so of two items finishing at once the second
-    sees the first's commit and exactly one of them releases the bundle."""
-    bundle = s.execute(
-        select(Item)
-        .where(
+    sees the first's commit and exactly one of them releases the bundle. The job is share-locked
+    before the bundle's row (lock order job -> item)."""
+    bundle_id = s.execute(
+        select(Item.id).where(
             Item.job_id == job_id, Item.position == position, Item.photo_id.is_(None), Item.state == WAITING
         )
-        .with_for_update()
+    ).scalar_one_or_none()
+    if bundle_id is None:
+        return
+    lock_job(s, job_id)
+    bundle = s.execute(
+        select(Item).where(Item.id == bundle_id, Item.state == WAITING).with_for_update()
     ).scalar_one_or_none()
     if bundle is None:
         return
-    unfinished = s.execute(
-        select(func.count())
-        .select_from(Item)
-        .where(Item.job_id == job_id, Item.position == position - 1, Item.state.not_in(tuple(TERMINAL)))
-    ).scalar_one()
-    if unfinished:
+    lanes = s.execute(select(Job.lanes).where(Job.id == job_id)).scalar_one()
+    if position > 0 and lane_unfinished(s, job_id, lanes[position - 1]):
         return
     state = ready_state(s, job_id)
     s.execute(update(Item).where(Item.id == bundle.id).values(state=state, updated_at=db_now()))
@@ -392,19 +590,21 @@ def advance_pipeline(
     """The photo's item of the next lane becomes ready (pending, or paused/cancelled per the job)."""
     if lanes and position >= lanes - 1:
         return  # the last lane: nothing follows
+    state = ready_state(s, job_id)  # the job before any successor row (lock order)
     release_bundle(s, job_id, position + 1)
     nxt = [i for i in _successors(s, job_id, position, photo_ids) if i.position == position + 1]
     if not nxt:
         return
-    state = ready_state(s, job_id)
-    changed = set(
-        s.execute(
-            update(Item)
-            .where(Item.id.in_([i.id for i in nxt]), Item.state == WAITING)
-            .values(state=state, updated_at=db_now())
-            .returning(Item.id)
-        ).scalars()
-    )
+    changed: set[int] = set()
+    for chunk in chunked([i.id for i in nxt]):
+        changed.update(
+            s.execute(
+                update(Item)
+                .where(Item.id.in_(chunk), unindexed_state(WAITING))
+                .values(state=state, updated_at=db_now())
+                .returning(Item.id)
+            ).scalars()
+        )
     nxt = [i for i in nxt if i.id in changed]  # a concurrent cancel may have ended some already
     emit_many(
         s,
@@ -426,18 +626,21 @@ def advance_pipeline(
 def skip_successors(s: Session, job_id: int, position: int, photo_ids: Iterable[int], reason: str) -> None:
     """Every later lane's item of the photo becomes ``skipped`` with the reason (a bundle goes on
     without the photo)."""
+    lock_job(s, job_id)  # the job before any successor row (lock order)
     release_bundle(s, job_id, position + 1)
     later = _successors(s, job_id, position, photo_ids)
     if not later:
         return
-    changed = set(
-        s.execute(
-            update(Item)
-            .where(Item.id.in_([i.id for i in later]), Item.state == WAITING)
-            .values(state=SKIPPED, error=reason, updated_at=db_now())
-            .returning(Item.id)
-        ).scalars()
-    )
+    changed: set[int] = set()
+    for chunk in chunked([i.id for i in later]):
+        changed.update(
+            s.execute(
+                update(Item)
+                .where(Item.id.in_(chunk), unindexed_state(WAITING))
+                .values(state=SKIPPED, error=reason, updated_at=db_now())
+                .returning(Item.id)
+            ).scalars()
+        )
     later = [i for i in later if i.id in changed]  # a concurrent cancel may have ended some already
     emit_many(
         s,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +31,6 @@ from .models import (
     RUNNING,
     SKIPPED,
     SUCCEEDED,
-    TERMINAL,
     WAITING,
     Item,
     ItemPhoto,
@@ -39,13 +39,13 @@ from .models import (
 )
 
 SUBMIT_LOCK = 0x7375626D6974  # "submit"
-CHUNK = 2000
 
 
 @dataclass(frozen=True)
 class PhotoInput:
     path: str
     size: int | None = None
+    mtime: float | None = None  # the file's modification time at submission (photos.file_time)
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,57 @@ def _insert_ignore(engine: Engine):  # type: ignore[no-untyped-def]
     return (postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert)(Photo)
 
 
+# Chunked submission: each chunk is its own transaction. On SQLite it is sized to hold the single
+# write lock for about CHUNK_TARGET seconds (CHUNK_MIN..CHUNK_MAX photos) and the submitter then waits
+# as long as the chunk took, so heartbeats, claims and the sweeper (whose busy handler polls the
+# lock) get in between chunks instead of waiting out a 100,000-photo transaction. On PostgreSQL
+# (row locks only) a chunk is CHUNK_MAX photos.
+CHUNK_FIRST = 500
+CHUNK_MIN = 100
+CHUNK_MAX = 4000
+CHUNK_TARGET = 0.05
+NOT_TERMINAL = (WAITING, PENDING, QUEUED, RUNNING, PAUSED)
+
+
+class SubmissionCancelled(SubmissionError):
+    """The job was cancelled while its photos were still being submitted; nothing more was written."""
+
+    def __init__(self, job_id: int, landed: int, total: int) -> None:
+        self.job_id = job_id
+        self.landed = landed
+        self.total = total
+        super().__init__(
+            f"job {job_id} was cancelled while it was being submitted ({landed} of {total} photos written)"
+        )
+
+
+def _backlogs(s: Session, lanes: Sequence[LaneSpec]) -> dict[str, int]:
+    """Per lane: unfinished items, plus the photos that submissions in flight have announced but not
+    written yet (so two concurrent submissions cannot both pass the bound)."""
+    out = {}
+    for spec in lanes:
+        out[spec.name] = s.execute(
+            select(func.count()).select_from(Item).where(Item.lane == spec.name, Item.state.in_(NOT_TERMINAL))
+        ).scalar_one()
+    in_flight = s.execute(
+        select(Job.lanes, Job.photos, Job.landed).where(
+            Job.submitting == True,  # noqa: E712 - renders "= 1"/"= true", matching ix_jobs_submitting
+            Job.control.is_distinct_from(CANCEL),
+        )
+    ).all()
+    for job_lanes, total, landed in in_flight:
+        for name in job_lanes or ():
+            if name in out:
+                out[name] += max(0, (total or 0) - (landed or 0))
+    return out
+
+
+def _check_backlog(backlogs: Mapping[str, int], lanes: Sequence[LaneSpec], adding: int) -> None:
+    for spec in lanes:
+        if backlogs[spec.name] + adding > spec.backlog:
+            raise BacklogFull(spec.name, backlogs[spec.name], adding, spec.backlog)
+
+
 def submit(
     engine: Engine,
     lanes: Sequence[LaneSpec],
@@ -77,13 +128,20 @@ def submit(
     fingerprint: str | None = None,
     bundle_lanes: Sequence[str] = (),
 ) -> Submitted:
-    """Write the job, its photos and its items in one transaction and return at once.
+    """Write the job, its photos and its items, in bounded chunks, and return the job id.
 
     Each photo gets one item per lane; the first lane's items are ``pending``, the others
     ``waiting`` on the lane before. A lane in ``bundle_lanes`` gets one item for all the photos
-    (``item_photos``), ready once every item of the lane before has ended. Raises ``BacklogFull``
-    when a lane's unfinished items plus the new ones would exceed the lane's backlog bound, and
-    ``SubmissionError`` for no photos or lanes.
+    (``item_photos``), ready once every item of the lane before has ended.
+
+    The first transaction checks the backlog and writes the job as ``submitting``; the photos and
+    items follow in chunks of at most ``CHUNK_MAX`` photos (each transaction short, see
+    ``CHUNK_TARGET``); the last one clears ``submitting`` and writes ``job_submitted``. Items of a
+    job still submitting are not dispatched, so a submitter that dies half-way leaves an inert job
+    that ``status`` shows as ``submitting`` and that can be cancelled. Raises ``BacklogFull``
+    (before anything is written) when a lane's unfinished items plus the new ones would exceed the
+    lane's backlog bound, ``SubmissionError`` for no photos or lanes, and ``SubmissionCancelled``
+    when the job is cancelled before its last chunk.
     """
     if not lanes:
         raise SubmissionError("a job needs at least one lane")
@@ -94,17 +152,17 @@ def submit(
     if len(set(paths)) != len(paths):
         raise SubmissionError("the same photo path is given twice")
     fp = fingerprint or job_fingerprint([s.name for s in lanes], paths, params)
+    postgres = engine.dialect.name == "postgresql"
+    if not postgres:
+        # SQLite: count in a read transaction; the write lock is held only to create the job.
+        with Session(reader(engine)) as s:
+            _check_backlog(_backlogs(s, lanes), lanes, len(photos))
+    bundled = {pos for pos, sp in enumerate(lanes) if sp.name in bundle_lanes}
     with Session(engine) as s, s.begin():
-        if engine.dialect.name == "postgresql":
+        if postgres:
+            # Serializes submitters' backlog checks (nothing else waits on this lock).
             s.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": SUBMIT_LOCK})
-        for spec in lanes:
-            backlog = s.execute(
-                select(func.count())
-                .select_from(Item)
-                .where(Item.lane == spec.name, Item.state.not_in(tuple(TERMINAL)))
-            ).scalar_one()
-            if backlog + len(photos) > spec.backlog:
-                raise BacklogFull(spec.name, backlog, len(photos), spec.backlog)
+            _check_backlog(_backlogs(s, lanes), lanes, len(photos))
         now = s.execute(select(db_now())).scalar_one()
         job_id = s.execute(
             insert(Job)
@@ -114,33 +172,103 @@ def submit(
                 roots=list(roots),
                 fingerprint=fp,
                 created_at=now,
+                submitting=True,
+                photos=len(photos),
+                landed=0,
+                submit_touched_at=now,
             )
             .returning(Job.id)
         ).scalar_one()
-        photo_ids = _photo_ids(s, engine, photos, now)
-        bundled = {pos for pos, sp in enumerate(lanes) if sp.name in bundle_lanes}
-        n_items = 0
-        for start in range(0, len(paths), CHUNK):
-            chunk = paths[start : start + CHUNK]
-            rows = [
-                {
-                    "job_id": job_id,
-                    "lane": spec.name,
-                    "position": pos,
-                    "photo_id": photo_ids[p],
-                    "state": PENDING if pos == 0 else WAITING,
-                    "attempt": 0,
-                    "fencing_token": 0,
-                    "not_before": 0.0,
-                    "updated_at": now,
-                }
-                for p in chunk
-                for pos, spec in enumerate(lanes)
-                if pos not in bundled
-            ]
-            if not rows:
-                continue
+        bundles = {
+            pos: _bundle_item(s, job_id, lanes[pos].name, pos, len(photos), now) for pos in sorted(bundled)
+        }
+    n_items = len(bundles)
+    # PostgreSQL has no store-wide write lock: chunks of CHUNK_MAX photos keep its transactions
+    # short without paying a commit per few hundred photos. SQLite: sized by the time they take.
+    start, size = 0, CHUNK_MAX if postgres else CHUNK_FIRST
+    while start < len(photos):
+        chunk = photos[start : start + size]
+        t0 = time.perf_counter()
+        landed = _land_chunk(engine, job_id, lanes, chunk, bundled, bundles, start, len(photos))
+        if landed is None:
+            raise SubmissionCancelled(job_id, start, len(photos))
+        n_items += landed
+        took = time.perf_counter() - t0
+        start += len(chunk)
+        if not postgres:
+            size = max(CHUNK_MIN, min(CHUNK_MAX, int(len(chunk) * CHUNK_TARGET / max(took, 1e-3))))
+            if start < len(photos):
+                time.sleep(min(took, 4 * CHUNK_TARGET))  # let waiting writers take the lock
+    with Session(engine) as s, s.begin():
+        _submission_control(s, job_id)  # ordered after a concurrent cancel/pause of the job
+        s.execute(update(Job).where(Job.id == job_id).values(submitting=False, submit_touched_at=db_now()))
+        emit(
+            s,
+            "job_submitted",
+            job_id=job_id,
+            detail={"lanes": [sp.name for sp in lanes], "photos": len(photos), "items": n_items},
+        )
+    return Submitted(job_id=job_id, items=n_items, photos=len(photos))
+
+
+def _submission_control(s: Session, job_id: int) -> str | None:
+    """The job's control request, read under a share lock (a concurrent cancel/pause waits for us)."""
+    return s.execute(select(Job.control).where(Job.id == job_id).with_for_update(read=True)).scalar_one()
+
+
+def _land_chunk(
+    engine: Engine,
+    job_id: int,
+    lanes: Sequence[LaneSpec],
+    chunk: Sequence[PhotoInput],
+    bundled: set[int],
+    bundles: Mapping[int, int],
+    start: int,
+    total: int,
+) -> int | None:
+    """One chunk of a submission in one transaction: its photos, their items and events. Returns
+    the number of items written, or None when the job was cancelled (the submission is closed)."""
+    with Session(engine) as s, s.begin():
+        if _submission_control(s, job_id) == CANCEL:
+            s.execute(
+                update(Job).where(Job.id == job_id).values(submitting=False, submit_touched_at=db_now())
+            )
             created = s.execute(
+                select(func.count()).select_from(Item).where(Item.job_id == job_id)
+            ).scalar_one()
+            emit(
+                s,
+                "job_submitted",
+                job_id=job_id,
+                detail={
+                    "lanes": [sp.name for sp in lanes],
+                    "photos": start,
+                    "items": created,
+                    "cancelled": True,
+                },
+            )
+            return None
+        now = s.execute(select(db_now())).scalar_one()
+        photo_ids = _photo_ids(s, engine, chunk, now)
+        rows = [
+            {
+                "job_id": job_id,
+                "lane": spec.name,
+                "position": pos,
+                "photo_id": photo_ids[p.path],
+                "state": PENDING if pos == 0 else WAITING,
+                "attempt": 0,
+                "fencing_token": 0,
+                "not_before": 0.0,
+                "updated_at": now,
+            }
+            for p in chunk
+            for pos, spec in enumerate(lanes)
+            if pos not in bundled
+        ]
+        n = 0
+        if rows:
+            created_rows = s.execute(
                 insert(Item).returning(
                     Item.id, Item.photo_id, Item.lane, Item.state, sort_by_parameter_order=True
                 ),
@@ -157,22 +285,23 @@ def submit(
                         "lane": r.lane,
                         "detail": {"state": r.state},
                     }
-                    for r in created
+                    for r in created_rows
                 ],
             )
-            n_items += len(created)
-        for pos in sorted(bundled):
-            n_items += _bundle_item(s, job_id, lanes[pos].name, pos, list(photo_ids.values()), now)
-        emit(
-            s,
-            "job_submitted",
-            job_id=job_id,
-            detail={"lanes": [sp.name for sp in lanes], "photos": len(photos), "items": n_items},
+            n = len(created_rows)
+        ids = sorted({photo_ids[p.path] for p in chunk})
+        for item_id in bundles.values():
+            s.execute(insert(ItemPhoto), [{"item_id": item_id, "photo_id": p} for p in ids])
+        s.execute(
+            update(Job)
+            .where(Job.id == job_id)
+            .values(landed=Job.landed + len(chunk), submit_touched_at=db_now())
         )
-    return Submitted(job_id=job_id, items=n_items, photos=len(photos))
+    return n
 
 
-def _bundle_item(s: Session, job_id: int, lane: str, pos: int, photo_ids: list[int], now: float) -> int:
+def _bundle_item(s: Session, job_id: int, lane: str, pos: int, photos: int, now: float) -> int:
+    """The one item of a bundle lane; its photos (``item_photos``) land with the chunks."""
     state = PENDING if pos == 0 else WAITING
     item_id = s.execute(
         insert(Item)
@@ -189,36 +318,47 @@ def _bundle_item(s: Session, job_id: int, lane: str, pos: int, photo_ids: list[i
         )
         .returning(Item.id)
     ).scalar_one()
-    s.execute(insert(ItemPhoto), [{"item_id": item_id, "photo_id": p} for p in sorted(photo_ids)])
     emit(
         s,
         "item_created",
         job_id=job_id,
         item_id=item_id,
         lane=lane,
-        detail={"state": state, "photos": len(photo_ids)},
+        detail={"state": state, "photos": photos},
     )
-    return 1
+    return item_id
 
 
 def _photo_ids(s: Session, engine: Engine, photos: Sequence[PhotoInput], now: float) -> dict[str, int]:
-    ids: dict[str, int] = {}
-    for start in range(0, len(photos), CHUNK):
-        chunk = photos[start : start + CHUNK]
-        stmt = _insert_ignore(engine).on_conflict_do_nothing(index_elements=["path"])
-        s.execute(stmt, [{"path": p.path, "size": p.size, "updated_at": now} for p in chunk])
+    stmt = _insert_ignore(engine)
+    # a known photo keeps the file time recorded first (rename names stay stable across edits)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["path"],
+        set_={"file_time": stmt.excluded.file_time},
+        where=Photo.file_time.is_(None),
+    )
+    rows = [{"path": p.path, "size": p.size, "file_time": p.mtime, "updated_at": now} for p in photos]
+    s.execute(stmt, rows)
+    return {
+        path: pid
         for pid, path in s.execute(
-            select(Photo.id, Photo.path).where(Photo.path.in_([p.path for p in chunk]))
-        ):
-            ids[path] = pid
-    return ids
+            select(Photo.id, Photo.path).where(Photo.path.in_([p.path for p in photos]))
+        )
+    }
 
 
 def find_job_by_fingerprint(engine: Engine, fingerprint: str) -> int | None:
-    """The newest job with this fingerprint, if any (``photojobs run`` resumes it)."""
+    """The newest fully submitted job with this fingerprint, if any (``photojobs run`` resumes it).
+
+    A job whose submission never finished (its submitter died) is not resumed: it stays
+    ``submitting`` for ``status`` to show and ``cancel`` to end, and the rerun submits afresh.
+    """
     with Session(reader(engine)) as s:
         return s.execute(
-            select(Job.id).where(Job.fingerprint == fingerprint).order_by(Job.id.desc()).limit(1)
+            select(Job.id)
+            .where(Job.fingerprint == fingerprint, Job.submitting == False)  # noqa: E712
+            .order_by(Job.id.desc())
+            .limit(1)
         ).scalar_one_or_none()
 
 
@@ -231,6 +371,9 @@ class JobStatus:
     lane_order: list[str] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
+    # While the job's photos are still landing: {"photos": announced, "landed": written,
+    # "idle": seconds since the last chunk (database clock)}; None once submitted.
+    submission: dict[str, Any] | None = None
 
     def totals(self) -> dict[str, int]:
         out = dict.fromkeys(ALL_STATES, 0)
@@ -240,11 +383,20 @@ class JobStatus:
         return out
 
     def as_dict(self) -> dict[str, Any]:
-        return {"job": self.job_id, "state": self.state, "control": self.control, "lanes": self.lanes}
+        out = {"job": self.job_id, "state": self.state, "control": self.control, "lanes": self.lanes}
+        if self.submission is not None:
+            out["submission"] = self.submission
+        return out
 
 
-def derive_job_state(control: str | None, totals: Mapping[str, int]) -> str:
-    """A job's state follows from its items and its control request (one place decides it)."""
+def derive_job_state(control: str | None, totals: Mapping[str, int], submitting: bool = False) -> str:
+    """A job's state follows from its items and its control request (one place decides it).
+
+    ``submitting``: its photos are still landing (or its submitter died half-way); nothing of it
+    runs until the submission completes. A cancel ends that like any other state.
+    """
+    if submitting and control != CANCEL:
+        return "submitting"
     if control == PAUSE:
         # Pause stops pending/queued items at once and running ones at a safe point; a waiting item
         # (a later lane of a paused photo) cannot move until the job resumes.
@@ -285,7 +437,10 @@ def job_status(engine: Engine, job_id: int) -> JobStatus:
             params=dict(job.params or {}),
             created_at=job.created_at,
         )
-        status.state = derive_job_state(job.control, status.totals())
+        if job.submitting and job.control != CANCEL:  # a cancelled one is over, landed or not
+            idle = s.execute(select(db_now())).scalar_one() - (job.submit_touched_at or job.created_at)
+            status.submission = {"photos": job.photos, "landed": job.landed, "idle": round(idle, 1)}
+        status.state = derive_job_state(job.control, status.totals(), job.submitting)
         return status
 
 
@@ -324,6 +479,9 @@ def _set_items(
 
 
 def _control(engine: Engine, job_id: int) -> tuple[Session, Job]:
+    """Open a control transaction: the job row is locked for update first, then (by the caller) its
+    items — the global lock order job -> item -> photo -> intent (see ``store.items``). Intents of
+    items this stops are settled by the sweeper (``store.intents.settle_orphans``)."""
     s = Session(engine)
     s.begin()
     job = s.execute(select(Job).where(Job.id == job_id).with_for_update()).scalar_one_or_none()

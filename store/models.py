@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Float,
     ForeignKey,
     Index,
@@ -17,6 +18,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql.elements import ColumnElement
 
 # Item states (DESIGN.md "Model").
 WAITING = "waiting"  # an earlier lane of the pipeline is not done for this photo
@@ -56,6 +58,23 @@ class Job(Base):
     fingerprint: Mapped[str] = mapped_column(String(64), index=True)
     control: Mapped[str | None] = mapped_column(String(16), nullable=True)
     created_at: Mapped[float] = mapped_column(Float)
+    # Submission lands in chunks (store.jobs.submit): while ``submitting`` is true the job's items
+    # are not dispatched; ``photos`` is how many photos the submission announced, ``landed`` how many
+    # are written, ``submit_touched_at`` the database time of the last chunk (a crashed submitter
+    # leaves a job that stays ``submitting``; status shows how long ago it last moved).
+    submitting: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    photos: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    landed: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    submit_touched_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    __table_args__ = (
+        Index(
+            "ix_jobs_submitting",
+            "id",
+            postgresql_where=text("submitting"),
+            sqlite_where=text("submitting = 1"),
+        ),
+    )
 
 
 class Photo(Base):
@@ -66,6 +85,9 @@ class Photo(Base):
     size: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     updated_at: Mapped[float] = mapped_column(Float)
+    # the file's modification time when first submitted: rename's fallback when there is no
+    # capture time (stable across later edits of the file); revision 0003
+    file_time: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class Item(Base):
@@ -107,7 +129,9 @@ class ItemPhoto(Base):
 
 
 class PhotoLock(Base):
-    """A held photo lock; part of its item's lease (released by its commit, freed on revoke)."""
+    """A held photo lock: part of its item's lease (released by its final commit, freed on revoke),
+    except while the item has an unsettled intent: then the intent holds it (``intent_id``) until
+    the intent is applied-and-marked or discarded (DESIGN.md rule 6)."""
 
     __tablename__ = "photo_locks"
 
@@ -115,12 +139,17 @@ class PhotoLock(Base):
     item_id: Mapped[int] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"), primary_key=True)
     mode: Mapped[str] = mapped_column(String(1))
     token: Mapped[int] = mapped_column(Integer)
+    intent_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     __table_args__ = (Index("ix_photo_locks_item", "item_id"),)
 
 
 class Intent(Base):
-    """A recorded file effect: staged file -> target, applied at most once."""
+    """A recorded file effect: staged file -> target, applied at most once.
+
+    ``base_sha256`` is the content the target had when the effect was planned (None: a new name,
+    or recorded before revision 0002), ``result_sha256`` the content the effect produces.
+    """
 
     __tablename__ = "intents"
 
@@ -132,12 +161,14 @@ class Intent(Base):
     staged: Mapped[str] = mapped_column(Text)
     target: Mapped[str] = mapped_column(Text)
     source: Mapped[str | None] = mapped_column(Text, nullable=True)
-    sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    base_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    result_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     state: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[float] = mapped_column(Float)
 
     __table_args__ = (
         Index("ix_intents_target", "target"),
+        Index("ix_intents_live", "state", "item_id"),
         # At most one live (recorded) intent per target path: two items can never both plan to
         # publish to the same name.
         Index(
@@ -182,3 +213,13 @@ class Event(Base):
         ),
         Index("ix_events_job_seq", "job_id", "seq"),
     )
+
+
+def unindexed_state(state: str) -> ColumnElement[bool]:
+    """``items.state = state`` written so that no index on ``state`` can serve it.
+
+    For statements that pick rows by primary key (``id IN (…)``) and re-check the state: without
+    statistics SQLite takes an equality on an indexed column for selective and would read every
+    pending (or waiting) item through ``ix_items_lease`` instead of looking up the listed ids.
+    """
+    return (Item.state + "") == state

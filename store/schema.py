@@ -34,3 +34,14 @@ def current_revision(engine: Engine) -> str | None:
 
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
+
+
+def head_revision() -> str:
+    """The newest revision this code knows (what ``upgrade`` brings a store to)."""
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+    assert head is not None
+    return head

@@ -8,11 +8,12 @@ It runs as an APScheduler job inside ``photojobs worker``/``run`` and alone in `
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sqlalchemy import Engine, delete, select, update
+from sqlalchemy import Engine, Select, select, update
 from sqlalchemy.orm import Session
 
 from photojobs.lanes import LaneSpec
@@ -20,8 +21,9 @@ from photojobs.lanes import LaneSpec
 from .clock import db_now
 from .dispatch import Publish, mark_republished, stale_queued, take_for_dispatch
 from .events import assign_cursors, emit
-from .items import ready_state, skip_successors
-from .models import FAILED, RUNNING, Item, PhotoLock
+from .intents import settle_orphans, sweep_stray_staged
+from .items import release_locks, skip_successors, state_for
+from .models import FAILED, RUNNING, Item, Job
 
 log = logging.getLogger("photojobs.sweeper")
 
@@ -36,27 +38,60 @@ class Publisher(Protocol):
 class SweepReport:
     revoked: int = 0
     quarantined: int = 0
+    settled: int = 0
+    strays: int = 0
     republished: int = 0
     dispatched: int = 0
     sequenced: int = 0
     errors: list[str] = field(default_factory=list)
 
 
+def expired_leases(limit: int) -> Select[tuple[int, int]]:
+    """Running items whose lease has expired, oldest expiry first (id, job id): a range of
+    ``ix_items_lease`` (state, lease_expires_at), so the scan reads only expired leases, not the table.
+    Taken without locks: the caller locks their jobs, then the items (lock order job -> item)."""
+    return (
+        select(Item.id, Item.job_id)
+        .where(Item.state == RUNNING, Item.lease_expires_at < db_now())
+        .order_by(Item.lease_expires_at)
+        .limit(limit)
+    )
+
+
 def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 500) -> tuple[int, int]:
     """Revoke every lease whose expiry (database clock) has passed.
 
-    Bumps the token (so the old holder's commits are refused), frees its photo locks and sends the
-    item back to ``pending`` (``paused``/``cancelled`` if its job asks), or to ``failed`` with
+    Bumps the token (so the old holder's commits are refused), releases its photo locks (or passes
+    them to its unsettled intent, which keeps them until it is settled) and sends the item back to
+    ``pending`` (``paused``/``cancelled`` if its job asks), or to ``failed`` with
     ``quarantined: killed its worker N times`` once its attempts are spent. Returns (revoked, quarantined).
+
+    Lock order job -> item: the candidates are found without locks, their jobs share-locked (in id
+    order), then the items locked (``SKIP LOCKED``, id order) and re-checked.
     """
     revoked = quarantined = 0
     with Session(engine) as s, s.begin():
+        candidates = s.execute(expired_leases(limit)).all()
+        if not candidates:
+            return 0, 0
+        job_ids = sorted({c.job_id for c in candidates})
+        controls = dict(
+            s.execute(
+                select(Job.id, Job.control)
+                .where(Job.id.in_(job_ids))
+                .order_by(Job.id)
+                .with_for_update(read=True)
+            ).all()
+        )
         rows = (
             s.execute(
                 select(Item)
-                .where(Item.state == RUNNING, Item.lease_expires_at < db_now())
+                .where(
+                    Item.id.in_([c.id for c in candidates]),
+                    Item.state == RUNNING,
+                    Item.lease_expires_at < db_now(),
+                )
                 .order_by(Item.id)
-                .limit(limit)
                 .with_for_update(skip_locked=True)
             )
             .scalars()
@@ -68,7 +103,7 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
             spec = specs.get(item.lane)
             max_attempts = spec.max_attempts if spec else 1
             exhausted = item.attempt >= max_attempts
-            state = FAILED if exhausted else ready_state(s, item.job_id)
+            state = FAILED if exhausted else state_for(controls.get(item.job_id))
             error = f"quarantined: killed its worker {item.attempt} times" if exhausted else item.error
             done = s.execute(
                 update(Item)
@@ -84,7 +119,7 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
             ).rowcount
             if not done:
                 continue
-            s.execute(delete(PhotoLock).where(PhotoLock.item_id == item.id))
+            held_by = release_locks(s, item.id)
             revoked += 1
             emit(
                 s,
@@ -96,7 +131,11 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
                 attempt=item.attempt,
                 token=old_token + 1,
                 worker=owner,
-                detail={"old_token": old_token, "state": state},
+                detail={
+                    "old_token": old_token,
+                    "state": state,
+                    **({"locks_held_by_intent": held_by} if held_by is not None else {}),
+                },
             )
             if exhausted:
                 quarantined += 1
@@ -121,20 +160,40 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
     return revoked, quarantined
 
 
+_last_stray_sweep: dict[str, float] = {}
+
+
 def sweep_once(
     engine: Engine,
     specs: Mapping[str, LaneSpec],
     publisher: Publisher,
     *,
     republish_after: float = 2.0,
+    stray_grace: float = 300.0,
+    stray_every: float = 60.0,
 ) -> SweepReport:
-    """One pass: revoke expired leases, re-publish lost messages, top up every lane, number events."""
+    """One pass: revoke expired leases, settle the intents of stopped items, re-publish lost
+    messages, top up every lane, number events; every ``stray_every`` seconds also remove staged
+    files no live intent owns (older than ``stray_grace``)."""
     report = SweepReport()
     try:
         report.revoked, report.quarantined = revoke_expired(engine, specs)
     except Exception as exc:  # noqa: BLE001 - one failing step must not stop the others
         log.exception("revoking expired leases failed")
         report.errors.append(f"revoke: {exc}")
+    try:
+        report.settled = settle_orphans(engine)
+    except Exception as exc:  # noqa: BLE001
+        log.exception("settling the intents of stopped items failed")
+        report.errors.append(f"settle: {exc}")
+    key = str(engine.url)
+    if time.monotonic() - _last_stray_sweep.get(key, float("-inf")) >= stray_every:
+        _last_stray_sweep[key] = time.monotonic()
+        try:
+            report.strays = len(sweep_stray_staged(engine, stray_grace))
+        except Exception as exc:  # noqa: BLE001
+            log.exception("removing stray staged files failed")
+            report.errors.append(f"strays: {exc}")
     try:
         lost = [p for p in stale_queued(engine, republish_after) if not publisher.holds(p)]
         again = mark_republished(engine, lost, "message not in Redis")

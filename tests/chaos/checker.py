@@ -65,6 +65,7 @@ ITEM_EVENTS = frozenset(
         "item_released",
         "item_ready",
         "item_skipped",
+        "item_claim_failed",
         "lease_expired",
         "stale_commit_rejected",
     }
@@ -365,6 +366,20 @@ class _Walker:
         elif t == "item_skipped":
             self._need(it, e, st == WAITING, tok == it.token)
             it.state = SKIPPED
+        elif t == "item_claim_failed":
+            # A claim that raised and counted as an attempt: token and attempt move on, no lease.
+            to = detail.get("state")
+            self._need(it, e, st in (QUEUED, PENDING), tok == it.token + 1, "claim failed")
+            if e.attempt != it.attempt + 1:
+                self.bad(it, e, f"failed claim attempt {e.attempt}, expected {it.attempt + 1}")
+            if to in CONTROL_OF_READY_STATE:
+                self._control_is(it, e, CONTROL_OF_READY_STATE[to], f"failed claim into {to}")
+            elif to != FAILED:
+                self.bad(it, e, f"failed claim into state {to!r}")
+            it.token = tok
+            it.attempt = e.attempt if e.attempt is not None else it.attempt + 1
+            it.state = to or "?"
+            it.quarantining = to == FAILED  # its item_failed follows at once
         elif t == "lease_expired":
             to = detail.get("state")
             old = detail.get("old_token")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import redis
 from sqlalchemy import Engine
 
 from photojobs.api import Client
@@ -64,4 +65,28 @@ def test_pause_then_resume_finishes_every_item_once_reading_the_checkpoint(
     assert len(event_counts(engine, "item_succeeded", job)) == 12
     resumed = {i.id: i.result for i in items_of(engine, job) if i.id in {p.id for p in paused}}
     assert all(r and r["resumed_from"] for r in resumed.values()), resumed
+    client.engine.dispose()
+
+
+def test_messages_of_a_paused_job_are_skipped_quietly(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given a 16-item job with messages waiting in Redis behind one busy worker thread
+    make_files(tmp_path / "photos", 16)
+    client = Client(Settings.from_env(env))
+    job = client.submit(["noop"], [tmp_path / "photos"], {"noop.sleep": "1"}).job_id
+    fleet.start_sweeper()
+    fleet.start_worker(threads=1)
+    broker = redis.Redis.from_url(env["PHOTOJOBS_REDIS_URL"])
+    wait_for(lambda: item_states(engine, job).get("running", 0) >= 1, 60, what="an item running")
+    wait_for(lambda: broker.llen("dramatiq:photojobs.noop") >= 1, 60, what="messages waiting in Redis")
+    # When the job is paused and the worker then receives the waiting messages
+    client.pause(job)
+    wait_for(lambda: client.status(job).state == "paused", 60, what="the job to be paused")
+    wait_for(lambda: broker.llen("dramatiq:photojobs.noop") == 0, 60, what="the waiting messages to be taken")
+    # Then they are normal skips: no rejection events, no warning per message
+    assert event_counts(engine, "message_rejected") == {}  # (a rejection names no job)
+    logs = fleet.logs()
+    assert "rejected message" not in logs and "was skipped" not in logs, logs[-3000:]
+    broker.close()
     client.engine.dispose()

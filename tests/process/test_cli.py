@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.support import ROOT, make_files
 
@@ -79,3 +82,91 @@ def test_bad_input_gets_a_specific_error_and_status_64(env: dict[str, str], tmp_
     assert "unknown parameter(s) exif.rating for lanes noop; valid: noop.crash_if" in unknown_param.stderr
     assert "exif.rating='9'" in bad_value.stderr and "0-5" in bad_value.stderr
     assert "nowhere: no such file or folder" in missing.stderr
+
+
+# -- configuration mistakes: one line, a documented status, no traceback, nothing created ----------
+
+MISTAKES = {
+    # name: (environment, command, exit status, words the one line must hold)
+    "sqlite in a missing folder": (
+        {"PHOTOJOBS_DATABASE_URL": "sqlite:///{tmp}/missing/photojobs.db"},
+        ["status"], 69, ["the database at sqlite:///", "its folder does not exist", "nothing was created"],
+    ),
+    "missing sqlite file": (
+        {"PHOTOJOBS_DATABASE_URL": "sqlite:///{tmp}/photojobs.db"},
+        ["events"], 69, ["the database at sqlite:///", "no such file"],
+    ),
+    "unparsable database url": (
+        {"PHOTOJOBS_DATABASE_URL": "not a url"},
+        ["status"], 64, ["PHOTOJOBS_DATABASE_URL", "cannot parse 'not a url'"],
+    ),
+    "unreachable database": (
+        {"PHOTOJOBS_DATABASE_URL": "postgresql://photojobs:s3cret@127.0.0.1:1/none"},
+        ["submit", "--lanes", "noop", "{tmp}"], 69, ["the database at postgresql://photojobs:***@127.0.0.1:1"],
+    ),
+    "negative lease ttl": (
+        {"PHOTOJOBS_LEASE_TTL": "-1"}, ["status"], 64, ["PHOTOJOBS_LEASE_TTL", "positive", "'-1'"],
+    ),
+    "lane backlog not a number": (
+        {"PHOTOJOBS_LANE_ANALYSIS_BACKLOG": "abc"},
+        ["submit", "--lanes", "analysis", "{tmp}"], 64, ["PHOTOJOBS_LANE_ANALYSIS_BACKLOG", "'abc'"],
+    ),
+    "bad redis url in a worker": (
+        {"PHOTOJOBS_REDIS_URL": "http://127.0.0.1:6379"},
+        ["worker"], 64, ["PHOTOJOBS_REDIS_URL", "is not a Redis URL"],
+    ),
+    "unreachable redis in a worker": (
+        {"PHOTOJOBS_REDIS_URL": "redis://127.0.0.1:1/0"}, ["worker"], 69, ["Redis at redis://127.0.0.1:1/0"],
+    ),
+    "unreachable redis for run": (
+        {"PHOTOJOBS_REDIS_URL": "redis://127.0.0.1:1/0"}, ["run", "--lanes", "noop", "{tmp}/photos"], 69,
+        ["Redis at redis://127.0.0.1:1/0"],
+    ),
+    "unreachable database for run": (
+        {"PHOTOJOBS_DATABASE_URL": "postgresql://photojobs:s3cret@127.0.0.1:1/none"},
+        ["run", "--lanes", "noop", "{tmp}/photos"], 69, ["the database at postgresql://photojobs:***@127.0.0.1:1"],
+    ),
+    "bad setting for run": (
+        {"PHOTOJOBS_SWEEP_INTERVAL": "soon"}, ["run", "--lanes", "noop", "{tmp}/photos"], 64,
+        ["PHOTOJOBS_SWEEP_INTERVAL", "'soon' is not a number"],
+    ),
+}  # fmt: skip
+
+
+def mistake_env(tmp_path: Path, extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PHOTOJOBS_")}
+    env["PHOTOJOBS_DATABASE_URL"] = f"sqlite:///{tmp_path}/photojobs.db"
+    env["PHOTOJOBS_RUNTIME_DIR"] = str(tmp_path / "runtime")
+    env.update({k: v.format(tmp=tmp_path) for k, v in extra.items()})
+    return env
+
+
+def tree(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+def test_a_configuration_mistake_is_one_line_and_its_exit_status(tmp_path: Path, mistake: str) -> None:
+    # Given a folder with a photo and a setting that is wrong
+    extra, command, status, words = MISTAKES[mistake]
+    make_files(tmp_path / "photos", 1)
+    before = tree(tmp_path)
+    # When the command runs
+    done = photojobs(mistake_env(tmp_path, extra), *[a.format(tmp=tmp_path) for a in command])
+    # Then it exits with the documented status and one line naming the setting and the problem
+    assert done.returncode == status, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith("photojobs: ") and all(w in lines[0] for w in words), lines[0]
+    # And nothing was created
+    assert tree(tmp_path) == before
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    # Given a wrong setting
+    env = mistake_env(tmp_path, {"PHOTOJOBS_LEASE_TTL": "-1"})
+    # When the command runs with --debug
+    done = photojobs(env, "--debug", "status")
+    # Then the traceback is shown, ending in the error
+    assert done.returncode != 0
+    assert "Traceback" in done.stderr and "ConfigError: PHOTOJOBS_LEASE_TTL" in done.stderr

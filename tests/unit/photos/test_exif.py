@@ -1,10 +1,12 @@
-"""Lossless metadata writing (JPEG in-process, PNG/TIFF/HEIC via exiftool) and the exiftool process."""
+"""Metadata writing through exiftool (JPEG, PNG, TIFF, HEIC): read-back, pixels kept, errors, exiftool."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,8 +20,8 @@ import pillow_heif
 import pytest
 from PIL import Image
 
+from photos import camera_corpus, samples
 from photos import exif as exif_module
-from photos import samples
 from photos.errors import InvalidParameter, NeedsExiftool, PhotoError, UnreadableImage
 from photos.exif import (
     ExifEdit,
@@ -29,7 +31,7 @@ from photos.exif import (
     read_metadata_exiftool,
     write_metadata,
 )
-from photos.exiftool import ExifTool
+from photos.exiftool import ExifTool, ExifToolDied
 from photos.fileops import staged_path
 
 pillow_heif.register_heif_opener()
@@ -41,7 +43,6 @@ EDIT = ExifEdit(
     artist="Zoë Ångström",
     copyright="© 2024 Zoë",
     shift=timedelta(hours=1, minutes=30),
-    facts={"sharpness": 12.5, "phash": "806f61f8817c7fe0"},
 )
 
 
@@ -102,7 +103,7 @@ def test_parse_shift_rejects_malformed_strings(text: str) -> None:
         {"description": "bell\x07"},
         {"shift": "+1 hour"},
         {"shift": timedelta(milliseconds=5)},
-        {"facts": {"x": object()}},
+        {"artist": 5},
     ],
 )
 def test_exif_edit_validates_its_fields(kwargs: dict) -> None:
@@ -119,9 +120,12 @@ def test_exif_edit_from_params_parses_and_rejects_unknown_keys() -> None:
     assert not edit.is_empty() and ExifEdit().is_empty() and ExifEdit(shift=timedelta(0)).is_empty()
     with pytest.raises(InvalidParameter, match="titel"):
         ExifEdit.from_params({"titel": "typo"})
+    # and analysis results have no way into the photo any more
+    with pytest.raises(InvalidParameter, match="facts"):
+        ExifEdit.from_params({"facts": {"sharpness": 1.0}})
 
 
-# -- JPEG, in-process ----------------------------------------------------------------------------
+# -- JPEG ----------------------------------------------------------------------------
 def test_jpeg_edit_is_lossless_and_reads_back(camera_jpeg: Path) -> None:
     # Given a camera JPEG and a staged destination
     before = read_metadata(camera_jpeg)
@@ -140,20 +144,31 @@ def test_jpeg_edit_is_lossless_and_reads_back(camera_jpeg: Path) -> None:
     assert after["keywords"] == ["beach", "Été", "2024", "1.50"]
     assert after["description"] == EDIT.description
     assert (after["rating"], after["artist"], after["copyright"]) == (4, "Zoë Ångström", "© 2024 Zoë")
-    assert after["facts"] == EDIT.facts
     assert after["taken"] == _plus(before["taken"], EDIT.shift)
+    # and the file keeps its modification time
+    assert dst.stat().st_mtime_ns == camera_jpeg.stat().st_mtime_ns
 
 
 def _plus(iso: str, delta: timedelta) -> str:
     return (datetime.fromisoformat(iso) + delta).isoformat()
 
 
-def test_jpeg_edit_is_read_identically_by_exiftool(camera_jpeg: Path) -> None:
-    # Given a JPEG edited in-process
+def test_jpeg_keywords_are_where_photo_apps_read_them(camera_jpeg: Path) -> None:
+    # Given a camera JPEG
     dst = staged_path(camera_jpeg, "item1-t1")
+    # When keywords and the other fields are written
     write_metadata(camera_jpeg, dst, EDIT)
-    # When exiftool reads it / Then it sees exactly what was written (standard tags, encodings)
-    assert read_metadata_exiftool(dst) == read_metadata(dst)
+    out = ExifTool.shared().execute("-j", "-G1", "-XMP:all", "-IPTC:all", "-EXIF:XPKeywords", str(dst))
+    tags = json.loads(out, parse_int=str, parse_float=str)[0]
+    # Then exiftool sees them as XMP dc:subject and IPTC Keywords (Lightroom, digiKam, Immich)
+    assert tags["XMP-dc:Subject"] == tags["IPTC:Keywords"] == ["beach", "Été", "2024", "1.50"]
+    assert tags["IPTC:CodedCharacterSet"] == "UTF8"
+    assert tags["IFD0:XPKeywords"] == "beach;Été;2024;1.50"
+    assert tags["XMP-dc:Description"] == tags["IPTC:Caption-Abstract"] == EDIT.description
+    assert tags["XMP-dc:Creator"] == tags["IPTC:By-line"] == "Zoë Ångström"
+    assert tags["XMP-dc:Rights"] == tags["IPTC:CopyrightNotice"] == "© 2024 Zoë"
+    assert str(tags["XMP-xmp:Rating"]) == "4"
+    assert read_metadata_exiftool is read_metadata
 
 
 def test_jpeg_edit_keeps_camera_tags_and_shifts_all_three_dates(camera_jpeg: Path) -> None:
@@ -205,21 +220,53 @@ def test_empty_values_clear_and_none_keeps(camera_jpeg: Path) -> None:
     assert meta["artist"] == "Ann"
 
 
-def test_jpeg_with_a_makernote_is_edited_by_exiftool_losslessly(camera_jpeg: Path, tmp_path: Path) -> None:
-    # Given a JPEG whose EXIF holds a MakerNote (offsets piexif would break by moving it)
-    exif = piexif.load(str(camera_jpeg))
-    exif["Exif"][piexif.ExifIFD.MakerNote] = b"Nikon\x00\x02\x10\x00\x00" + bytes(range(40))
-    src = tmp_path / "maker note.jpg"
-    piexif.insert(piexif.dump(exif), camera_jpeg.read_bytes(), str(src))
+def test_jpeg_with_a_makernote_is_edited_by_exiftool_losslessly(tmp_path: Path) -> None:
+    # Given a JPEG whose EXIF holds a Canon-style MakerNote (offsets counted from the TIFF header)
+    src = camera_corpus.make_corpus(tmp_path / "in")["jpeg-makernote"]
+    dump = ["-j", "-G1", "-b", "-MakerNotes:all"]
+    maker_before = ExifTool.shared().execute(*dump, str(src)).replace(str(src), "")
     dst = staged_path(src, "t1")
     # When metadata is written
     write_metadata(src, dst, ExifEdit(keywords=["kw"], description="via exiftool"))
-    # Then exiftool did it (it also writes XMP), the image data is identical and the edit reads back
-    assert b"http://ns.adobe.com/xap/1.0/" in dst.read_bytes()
+    # Then the image data is identical, the edit reads back and the MakerNote still reads the same
     assert jpeg_scan_data(dst.read_bytes()) == jpeg_scan_data(src.read_bytes())
     assert np.array_equal(_pixels(src), _pixels(dst))
     meta = read_metadata(dst)
     assert (meta["keywords"], meta["description"]) == (["kw"], "via exiftool")
+    assert "PowerShot" in maker_before
+    assert ExifTool.shared().execute(*dump, str(dst)).replace(str(dst), "") == maker_before
+
+
+def test_a_file_exiftool_warns_about_is_refused_untouched(camera_jpeg: Path, tmp_path: Path) -> None:
+    # Given a JPEG whose MakerNote exiftool cannot parse (so it could not fix its offsets)
+    exif = piexif.load(str(camera_jpeg))
+    exif["Exif"][piexif.ExifIFD.MakerNote] = b"Nikon\x00\x02\x10\x00\x00" + bytes(range(40))
+    src = tmp_path / "maker note.jpg"
+    piexif.insert(piexif.dump(exif), camera_jpeg.read_bytes(), str(src))
+    sha = _sha(src)
+    dst = staged_path(src, "t1")
+    # When metadata is written / Then a PhotoError names the file and exiftool's warning
+    with pytest.raises(PhotoError, match="Maker notes could not be parsed") as info:
+        write_metadata(src, dst, ExifEdit(keywords=["kw"]))
+    assert info.value.path == str(src)
+    # and nothing was written, the photo is untouched
+    assert not dst.exists() and _sha(src) == sha
+
+
+def test_a_corrupt_file_is_refused_untouched(tmp_path: Path) -> None:
+    # Given a "JPEG" whose EXIF segment is garbage after a valid header
+    src = tmp_path / "Fichier abîmé.jpg"
+    samples._pattern((32, 32)).save(src, "JPEG")
+    data = src.read_bytes()
+    junk = b"Exif\x00\x00II*\x00\xff\xff\xff\x7f" + bytes(60)
+    src.write_bytes(data[:2] + b"\xff\xe1" + (len(junk) + 2).to_bytes(2, "big") + junk + data[2:])
+    sha = _sha(src)
+    dst = staged_path(src, "t1")
+    # When metadata is written / Then a PhotoError names the file, nothing is written
+    with pytest.raises(PhotoError) as info:
+        write_metadata(src, dst, ExifEdit(keywords=["kw"]))
+    assert info.value.path == str(src) and "exiftool" in info.value.reason
+    assert not dst.exists() and _sha(src) == sha
 
 
 def test_invalid_date_cannot_be_shifted(tmp_path: Path) -> None:
@@ -252,7 +299,6 @@ def test_exiftool_formats_keep_pixels_and_read_back(tmp_path: Path, maker: str) 
     assert meta["keywords"] == ["beach", "Été", "2024", "1.50"]
     assert meta["description"] == EDIT.description
     assert (meta["rating"], meta["artist"], meta["copyright"]) == (4, "Zoë Ångström", "© 2024 Zoë")
-    assert meta["facts"] == EDIT.facts
     assert meta["taken"] == "2020-05-17T12:00:00"
 
 
@@ -278,20 +324,18 @@ def test_exiftool_output_replaces_a_stale_staged_file(tmp_path: Path) -> None:
     assert np.array_equal(_pixels(src), _pixels(dst))
 
 
-def test_png_without_exiftool_needs_exiftool_but_jpeg_does_not(
-    tmp_path: Path, camera_jpeg: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("maker", ["png", "jpeg"])
+def test_without_exiftool_every_format_needs_exiftool(
+    tmp_path: Path, camera_jpeg: Path, monkeypatch: pytest.MonkeyPatch, maker: str
 ) -> None:
     # Given exiftool is not on PATH
     monkeypatch.setattr(exif_module.exiftool, "available", lambda: False)
-    png = samples.make_png(tmp_path / "a.png")
-    # When writing a PNG / Then NeedsExiftool names the file and how to install it
-    with pytest.raises(NeedsExiftool, match="PNG metadata needs exiftool") as info:
-        write_metadata(png, staged_path(png, "t1"), ExifEdit(rating=1))
-    assert info.value.path == str(png)
-    assert not staged_path(png, "t1").exists()
-    # And a JPEG is still written in-process
-    write_metadata(camera_jpeg, staged_path(camera_jpeg, "t1"), ExifEdit(rating=1))
-    assert read_metadata(staged_path(camera_jpeg, "t1"))["rating"] == 1
+    src = samples.make_png(tmp_path / "a.png") if maker == "png" else camera_jpeg
+    # When writing / Then NeedsExiftool names the file and how to install it, and writes nothing
+    with pytest.raises(NeedsExiftool, match="needs exiftool.*apt-get install libimage-exiftool-perl") as info:
+        write_metadata(src, staged_path(src, "t1"), ExifEdit(rating=1))
+    assert info.value.path == str(src)
+    assert not staged_path(src, "t1").exists()
 
 
 # -- bad input -----------------------------------------------------------------------------------
@@ -321,6 +365,18 @@ def test_truncated_jpeg_header_is_unreadable(tmp_path: Path, camera_jpeg: Path) 
     # When written / Then UnreadableImage says the header is truncated
     with pytest.raises(UnreadableImage, match="truncated JPEG header"):
         write_metadata(src, staged_path(src, "t1"), EDIT)
+
+
+@pytest.mark.parametrize("maker", ["jpeg", "png"])
+def test_truncated_image_data_is_unreadable(tmp_path: Path, camera_jpeg: Path, maker: str) -> None:
+    # Given a JPEG / PNG whose image data was cut off (its header and metadata are intact)
+    whole = camera_jpeg.read_bytes() if maker == "jpeg" else samples.make_png(tmp_path / "w.png").read_bytes()
+    src = tmp_path / f"cut.{maker}"
+    src.write_bytes(whole[: len(whole) * 4 // 5])
+    # When written / Then UnreadableImage says it is truncated, and nothing is written
+    with pytest.raises(UnreadableImage, match="truncated"):
+        write_metadata(src, staged_path(src, "t1"), ExifEdit(rating=1))
+    assert not staged_path(src, "t1").exists()
 
 
 def test_source_and_destination_must_differ(camera_jpeg: Path) -> None:
@@ -420,3 +476,105 @@ def test_exiftool_refuses_arguments_with_newlines() -> None:
     # Given an argument with a newline (it would split in the argument file) / Then refused
     with pytest.raises(PhotoError, match="newline"):
         ExifTool.shared().execute("-Comment=a\nb", "/nonexistent")
+
+
+def test_exiftool_missing_names_the_fix() -> None:
+    # Given an exiftool executable that is not installed / When a command runs
+    # Then the error says how to install it
+    with pytest.raises(PhotoError, match="not installed.*apt-get install libimage-exiftool-perl"):
+        ExifTool("no-such-exiftool-here").execute("-ver")
+
+
+def _dies_once(tmp_path: Path) -> Path:
+    """An exiftool stand-in that dies in the middle of its first command, then is the real one."""
+    script = tmp_path / "flaky-exiftool"
+    mark = tmp_path / "died-once"
+    real = shutil.which("exiftool")
+    script.write_text(
+        f'#!/bin/sh\nif [ ! -e "{mark}" ]; then touch "{mark}"; read line; exit 3; fi\nexec "{real}" "$@"\n'
+    )
+    script.chmod(0o755)
+    return script
+
+
+def test_exiftool_dying_mid_command_is_restarted_once_for_an_idempotent_command(tmp_path: Path) -> None:
+    # Given an exiftool process that dies while running its first command
+    with ExifTool(str(_dies_once(tmp_path))) as tool:
+        # When an idempotent command runs / Then a fresh process answers it
+        assert tool.execute("-ver", retry_if_died=True).strip()
+    # and without the retry the death is a clear error
+    (tmp_path / "again").mkdir()
+    with ExifTool(str(_dies_once(tmp_path / "again"))) as tool:
+        with pytest.raises(ExifToolDied, match="exiftool died while running a command"):
+            tool.execute("-ver")
+
+
+# -- IPTC and XMP details ------------------------------------------------------------------------
+def _prepared_jpeg(tmp_path: Path, *assignments: str) -> Path:
+    """A small JPEG with tags set up by exiftool itself (``-TAG=VALUE`` assignments)."""
+    plain = tmp_path / "plain.jpg"
+    samples._pattern((48, 32)).save(plain, "JPEG")
+    src = tmp_path / "prepared photo.jpg"
+    ExifTool.shared().execute("-m", *assignments, "-o", str(src), str(plain))
+    return src
+
+
+def _tags(path: Path, *tags: str) -> dict:
+    out = ExifTool.shared().execute("-j", "-G1", "-a", *tags, str(path))
+    return json.loads(out, parse_int=str, parse_float=str)[0]
+
+
+def test_an_older_latin1_iptc_block_is_converted_to_utf8_keeping_its_text(tmp_path: Path) -> None:
+    # Given a JPEG whose IPTC block has no character set (Latin-1 text, as older tools wrote it)
+    src = _prepared_jpeg(
+        tmp_path, "-charset", "iptc=Latin", "-IPTC:Caption-Abstract=Café", "-IPTC:Keywords=Crème"
+    )
+    assert "IPTC:CodedCharacterSet" not in _tags(src, "-IPTC:all")
+    dst = staged_path(src, "t1")
+    # When keywords with non-ASCII letters are written
+    write_metadata(src, dst, ExifEdit(keywords=["Été", "東京"]))
+    # Then the block is UTF-8, the new keywords replace the old ones and the caption keeps its text
+    iptc = _tags(dst, "-IPTC:all")
+    assert iptc["IPTC:CodedCharacterSet"] == "UTF8"
+    assert iptc["IPTC:Keywords"] == ["Été", "東京"]
+    assert iptc["IPTC:Caption-Abstract"] == "Café"
+
+
+def test_shift_moves_exif_xmp_and_iptc_dates_once_and_leaves_unknown_dates(tmp_path: Path) -> None:
+    # Given a JPEG with EXIF, XMP and IPTC capture times (IPTC late in the evening) and an unknown
+    # (all-zero) ModifyDate
+    src = _prepared_jpeg(
+        tmp_path,
+        "-EXIF:DateTimeOriginal=2020:05:17 23:30:00",
+        "-EXIF:ModifyDate#=0000:00:00 00:00:00",
+        "-XMP-exif:DateTimeOriginal=2020:05:17 23:30:00+02:00",
+        "-XMP-photoshop:DateCreated=2020:05:17 23:30:00+02:00",
+        "-IPTC:DateCreated=2020:05:17",
+        "-IPTC:TimeCreated=23:30:00+02:00",
+    )
+    dst = staged_path(src, "t1")
+    # When shifted by one hour
+    write_metadata(src, dst, ExifEdit(shift=timedelta(hours=1)))
+    tags = _tags(dst, "-time:all", "--System:all")
+    # Then each capture time moved by exactly one hour; IPTC's date rolled over with its time
+    assert tags["ExifIFD:DateTimeOriginal"] == "2020:05:18 00:30:00"
+    assert tags["XMP-exif:DateTimeOriginal"] == "2020:05:18 00:30:00+02:00"
+    assert tags["XMP-photoshop:DateCreated"] == "2020:05:18 00:30:00+02:00"
+    assert (tags["IPTC:DateCreated"], tags["IPTC:TimeCreated"]) == ("2020:05:18", "00:30:00+02:00")
+    # and the unknown date stayed unknown
+    assert tags["IFD0:ModifyDate"] == "0000:00:00 00:00:00"
+
+
+def test_iptc_limits_cut_only_the_iptc_copy(tmp_path: Path) -> None:
+    # Given a keyword and an artist longer than IPTC allows (64 and 32 bytes)
+    src = samples.make_tiff(tmp_path / "scan.tif")
+    long_keyword, long_artist = "é" * 40, "Jean-Baptiste Emmanuel Zorg Photographie"
+    dst = staged_path(src, "t1")
+    # When written
+    write_metadata(src, dst, ExifEdit(keywords=[long_keyword], artist=long_artist))
+    tags = _tags(dst, "-XMP-dc:all", "-IPTC:all", "-EXIF:Artist")
+    # Then XMP and EXIF hold them whole, IPTC holds them cut at a character boundary
+    assert tags["XMP-dc:Subject"] == long_keyword and tags["IFD0:Artist"] == long_artist
+    assert tags["XMP-dc:Creator"] == long_artist
+    assert tags["IPTC:Keywords"] == "é" * 32
+    assert tags["IPTC:By-line"] == long_artist.encode()[:32].decode()

@@ -1,0 +1,130 @@
+"""The web API and dashboard: ``create_app()`` returns a FastAPI app, mountable in any ASGI app.
+
+    from fastapi import FastAPI
+    from photojobs.web import create_app
+
+    app = FastAPI()
+    app.mount("/jobs", create_app())      # reads PHOTOJOBS_* from the environment
+
+``photojobs serve`` runs it with uvicorn.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import FileResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from photojobs.api import Client
+from photojobs.roots import ROOTS_ENV, parse_roots
+
+from . import errors, metrics, routes
+from .auth import authenticate
+from .limits import BodyLimit
+from .sse import Sequencer
+
+STATIC = Path(__file__).parent / "static"
+TOKEN_ENV = "PHOTOJOBS_API_TOKEN"
+DEFAULT_MAX_BODY = 1 << 20
+# The dashboard loads only its own script and styles, and is never framed (no clickjacking of its buttons).
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+
+
+@dataclass
+class WebConfig:
+    client: Client
+    token: str | None
+    photo_roots: list[Path]
+    allowed_origins: tuple[str, ...] = ()
+    keepalive: float = 15.0
+    poll: float = 0.25
+    sequencer: Sequencer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sequencer = Sequencer(self.client.engine, self.poll)
+
+
+def _env_float(env: dict[str, str], key: str, default: float) -> float:
+    raw = env.get(key)
+    if not raw:
+        return default
+    value = float(raw)
+    if value <= 0:
+        raise ValueError(f"{key}={raw!r} must be positive")
+    return value
+
+
+def create_app(
+    client: Client | None = None,
+    *,
+    token: str | None = None,
+    photo_roots: Sequence[str | Path] | None = None,
+    insecure: bool = False,
+    keepalive: float | None = None,
+    poll: float | None = None,
+    max_body: int | None = None,
+    allowed_origins: Sequence[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> FastAPI:
+    """The photojobs web app. Unset arguments come from the environment:
+
+    ``PHOTOJOBS_API_TOKEN`` (required unless ``insecure=True``), ``PHOTOJOBS_PHOTO_ROOTS``
+    (``:``-separated folders submissions may use), ``PHOTOJOBS_SSE_KEEPALIVE`` (15 s),
+    ``PHOTOJOBS_SSE_POLL`` (0.25 s), ``PHOTOJOBS_API_MAX_BODY`` (1 MiB),
+    ``PHOTOJOBS_ALLOWED_ORIGINS`` (extra origins for cookie-authenticated changes, space-separated).
+    """
+    env = dict(os.environ) if env is None else env
+    token = token if token is not None else (env.get(TOKEN_ENV) or None)
+    if token is None and not insecure:
+        raise ValueError(f"no API token: set {TOKEN_ENV} (or pass insecure=True for a loopback-only server)")
+    client = client or Client()
+    roots = [Path(r).expanduser().absolute() for r in photo_roots] if photo_roots is not None else None
+    cfg = WebConfig(
+        client=client,
+        token=token,
+        photo_roots=roots if roots is not None else parse_roots(env.get(ROOTS_ENV)),
+        allowed_origins=tuple(allowed_origins or env.get("PHOTOJOBS_ALLOWED_ORIGINS", "").split()),
+        keepalive=keepalive or _env_float(env, "PHOTOJOBS_SSE_KEEPALIVE", 15.0),
+        poll=poll or _env_float(env, "PHOTOJOBS_SSE_POLL", 0.25),
+    )
+    app = FastAPI(
+        title="photojobs",
+        version="1",
+        description="Durable photo jobs: submit, inspect, control, retry; events as pages and as "
+        "Server-Sent Events; workers; Prometheus metrics. Authenticate with "
+        "`Authorization: Bearer $PHOTOJOBS_API_TOKEN` or the session cookie from `POST /api/session`.",
+    )
+    app.state.photojobs = cfg
+    errors.install(app)
+    app.add_middleware(
+        BodyLimit, limit=max_body or int(env.get("PHOTOJOBS_API_MAX_BODY") or DEFAULT_MAX_BODY)
+    )
+    app.include_router(routes.public)
+    app.include_router(routes.api)
+
+    @app.get("/metrics", tags=["ops"], dependencies=[Depends(authenticate)])
+    def prometheus(request: Request) -> Response:
+        """Prometheus text format: items by lane and state, queue depth, backlog, throughput, …"""
+        return Response(
+            metrics.render(request.app.state.photojobs.client), media_type="text/plain; version=0.0.4"
+        )
+
+    @app.get("/", include_in_schema=False)
+    def dashboard() -> FileResponse:
+        return FileResponse(STATIC / "dashboard.html", headers={"Cache-Control": "no-cache", **PAGE_HEADERS})
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+__all__ = ["create_app", "WebConfig"]

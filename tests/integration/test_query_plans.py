@@ -1,0 +1,56 @@
+"""The hot paths stay index searches as the table grows: EXPLAIN at 100k (and, slow, 1M) items.
+
+The statements explained are the very ones the dispatcher, the sweeper and a finishing item run
+(``store.scale.hot_paths``); the table is built with set-based inserts (``store.scale.seed_pending``).
+"""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import Engine
+
+from photojobs.lanes import lane_spec
+from store import scale
+from store.dispatch import take_for_dispatch
+
+NOOP = lane_spec("noop", env={})
+
+
+def _assert_flat_plans(engine: Engine, pending: int) -> None:
+    # Given `pending` pending items over 4 jobs, behind a finished job of pending/10 items
+    jobs = scale.seed_pending(engine, pending, jobs=4, finished=pending // 10)
+    assert scale.count_items(engine) == pending + pending // 10
+    # When the database plans every hot-path statement
+    plans = scale.hot_path_plans(engine, job_id=jobs[1])
+    # Then none reads all of items: each is a search in an index
+    scans = {name: scale.full_scans(lines) for name, lines in plans.items()}
+    assert {k: v for k, v in scans.items() if v} == {}, plans
+    flat = "\n".join(line for lines in plans.values() for line in lines)
+    assert "ix_items_dispatch" in flat and "ix_items_lease" in flat and "ix_items_job_state" in flat
+    # And the dispatcher serves every job round-robin from those seeks
+    picked = take_for_dispatch(engine, NOOP, bound=8)
+    assert len(picked) == 8
+
+
+def test_hot_path_plans_at_100k_items(engine: Engine) -> None:
+    _assert_flat_plans(engine, 100_000)
+
+
+@pytest.mark.slow
+def test_hot_path_plans_at_1m_items(engine: Engine) -> None:
+    _assert_flat_plans(engine, 1_000_000)
+
+
+def test_full_scan_detection_can_fail() -> None:
+    # Given plans that read the whole table, on either store / Then they are reported
+    assert scale.full_scans(["SCAN items"]) == ["SCAN items"]
+    assert scale.full_scans(["SCAN items USING COVERING INDEX ix_items_dispatch"])
+    assert scale.full_scans(["Limit", "  ->  Seq Scan on items  (cost=0.00..1.00 rows=1 width=4)"])
+    assert scale.full_scans(
+        [
+            "Limit",
+            "  ->  Index Scan using items_pkey on items  (cost=0.42..9.00 rows=1 width=4)",
+            "        Filter: x",
+        ]
+    )
+    assert not scale.full_scans(["SEARCH items USING INDEX ix_items_lease (state=?)"])

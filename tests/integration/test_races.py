@@ -1,0 +1,258 @@
+"""Real races against the real store: concurrent claims, revocation vs. commit, cancel vs. finish/sweep.
+
+Each race starts its contenders with a barrier so they run at the same instant; the assertions are
+the invariants that must hold whatever the interleaving.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, event, select, update
+from sqlalchemy.orm import Session
+
+from photojobs.lanes import lane_spec
+from store import items as store_items
+from store import jobs as store_jobs
+from store.dispatch import take_for_dispatch
+from store.engine import make_engine
+from store.errors import StaleLease
+from store.events import emit
+from store.fencing import FencedSession, fenced
+from store.models import Event, Item, Photo
+from store.sweeper import revoke_expired
+
+NOOP = lane_spec("noop", env={})
+EXPIRED = replace(NOOP, lease_ttl=0.0, max_attempts=2)  # a lease that is expired as soon as it is taken
+
+
+def _submit(
+    engine: Engine, tmp_path: Path, n: int, lanes: list[Any] | None = None, bundle: tuple[str, ...] = ()
+) -> int:
+    photos = [store_jobs.PhotoInput(str(tmp_path / f"p{i}.jpg"), 1) for i in range(n)]
+    return store_jobs.submit(engine, lanes or [NOOP], photos, bundle_lanes=bundle).job_id
+
+
+def _item_ids(engine: Engine, job_id: int, lane: str = "noop") -> list[int]:
+    with Session(engine) as s:
+        return list(
+            s.execute(
+                select(Item.id).where(Item.job_id == job_id, Item.lane == lane).order_by(Item.id)
+            ).scalars()
+        )
+
+
+def _claim_in_child(url: str, item_id: int, token: int, barrier: Any, out: Any, name: str) -> None:
+    engine = make_engine(url)
+    try:
+        barrier.wait(60)
+        outcome = store_items.claim(engine, NOOP, item_id, token, name)
+        out.put((name, outcome.lease.token if outcome.lease else None, outcome.reason))
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        out.put((name, None, f"error: {type(exc).__name__}: {exc}"))
+    finally:
+        engine.dispose()
+
+
+def test_two_processes_claiming_the_same_item_at_once_exactly_one_wins(
+    db_url: str, engine: Engine, tmp_path: Path
+) -> None:
+    # Given queued items, each delivered twice (a duplicated message)
+    job = _submit(engine, tmp_path, 6)
+    take_for_dispatch(engine, NOOP)
+    ctx = mp.get_context("fork")
+    for item_id in _item_ids(engine, job):
+        barrier, out = ctx.Barrier(2), ctx.Queue()
+        # When two worker processes claim it at the same instant
+        procs = [
+            ctx.Process(target=_claim_in_child, args=(db_url, item_id, 0, barrier, out, f"w{k}"))
+            for k in range(2)
+        ]
+        for p in procs:
+            p.start()
+        results = [out.get(timeout=120) for _ in procs]
+        for p in procs:
+            p.join(60)
+        # Then exactly one of them holds the lease (token 1), the other was told why not
+        winners = [r for r in results if r[1] is not None]
+        assert len(winners) == 1, results
+        assert winners[0][1] == 1
+        loser = next(r for r in results if r[1] is None)
+        assert "stale token" in loser[2] or "not claimable" in loser[2], results
+        with Session(engine) as s:
+            row = s.get(Item, item_id)
+            assert row is not None and row.state == "running" and row.lease_owner == winners[0][0]
+            claimed = s.execute(
+                select(Event).where(Event.item_id == item_id, Event.type == "item_claimed")
+            ).all()
+            assert len(claimed) == 1
+
+
+def _photo_of(engine: Engine, item_id: int) -> int:
+    with Session(engine) as s:
+        row = s.get(Item, item_id)
+        assert row is not None and row.photo_id is not None
+        return row.photo_id
+
+
+def test_revocation_racing_a_fenced_commit_never_lets_both_win(engine: Engine, tmp_path: Path) -> None:
+    # Given claimed items whose leases have already expired (their holder is slow)
+    job = _submit(engine, tmp_path, 8)
+    outcomes: list[str] = []
+    for item_id in _item_ids(engine, job):
+        lease = store_items.claim(engine, EXPIRED, item_id, 0, "slow").lease
+        assert lease is not None
+        photo = _photo_of(engine, item_id)
+        barrier = threading.Barrier(2, timeout=60)
+        result: dict[str, Any] = {}
+
+        def holder(
+            lease: store_items.Lease = lease,
+            photo: int = photo,
+            result: dict[str, Any] = result,
+            barrier: threading.Barrier = barrier,
+        ) -> None:
+            # When the holder makes its fenced writes, then meets the sweeper, then commits …
+            try:
+                with fenced(engine, lease.item_id, lease.token, worker="slow") as s:
+                    s.execute(update(Photo).where(Photo.id == photo).values(sha256="f" * 64))
+                    emit(s, "holder_wrote", item_id=lease.item_id)
+                    s.flush()
+                    barrier.wait()
+                result["holder"] = "committed"
+            except StaleLease:
+                result["holder"] = "stale"
+
+        def sweeper(result: dict[str, Any] = result, barrier: threading.Barrier = barrier) -> None:
+            # … while a sweeper revokes the expired lease at the same instant
+            barrier.wait()
+            result["revoked"] = revoke_expired(engine, {"noop": EXPIRED})[0]
+
+        threads = [threading.Thread(target=holder), threading.Thread(target=sweeper)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        # Then either the holder committed everything (the revocation came after), or it got
+        # StaleLease and none of its writes is visible (the revocation came first)
+        with Session(engine) as s:
+            wrote = s.execute(
+                select(Event).where(Event.type == "holder_wrote", Event.item_id == item_id)
+            ).all()
+            hashed = s.get(Photo, photo).sha256  # type: ignore[union-attr]
+            item = s.get(Item, item_id)
+        assert item is not None
+        if result["holder"] == "stale":
+            assert not wrote and hashed is None
+            assert item.fencing_token == lease.token + 1
+        else:
+            assert len(wrote) == 1 and hashed == "f" * 64
+        outcomes.append(result["holder"])
+    assert set(outcomes) <= {"stale", "committed"}
+
+
+def test_revocation_between_fenced_writes_and_commit_rolls_everything_back(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """PostgreSQL: the revocation lands after the holder's writes and before its commit (SQLite's
+    BEGIN IMMEDIATE serializes whole transactions, so there it can only come before or after)."""
+    engine = make_engine(pg_url)
+    try:
+        # Given a claimed item whose lease has expired, and a hook at the holder's commit boundary
+        job = _submit(engine, tmp_path, 1)
+        item_id = _item_ids(engine, job)[0]
+        lease = store_items.claim(engine, EXPIRED, item_id, 0, "slow").lease
+        assert lease is not None
+        photo = _photo_of(engine, item_id)
+        revoked: list[int] = []
+
+        def revoke_now(session: FencedSession) -> None:
+            t = threading.Thread(target=lambda: revoked.append(revoke_expired(engine, {"noop": EXPIRED})[0]))
+            t.start()
+            t.join(60)
+
+        event.listen(FencedSession, "before_commit", revoke_now, insert=True)
+        try:
+            # When the holder writes, and the sweeper revokes the lease before the commit
+            with pytest.raises(StaleLease):
+                with fenced(engine, item_id, lease.token, worker="slow") as s:
+                    s.execute(update(Photo).where(Photo.id == photo).values(sha256="f" * 64))
+                    emit(s, "holder_wrote", item_id=item_id)
+        finally:
+            event.remove(FencedSession, "before_commit", revoke_now)
+        # Then the revocation happened, and none of the holder's writes was committed
+        assert revoked == [1]
+        with Session(engine) as s:
+            assert s.get(Photo, photo).sha256 is None  # type: ignore[union-attr]
+            assert not s.execute(select(Event).where(Event.type == "holder_wrote")).all()
+            assert s.execute(
+                select(Event).where(Event.type == "stale_commit_rejected", Event.item_id == item_id)
+            ).all()
+    finally:
+        engine.dispose()
+
+
+def test_cancel_racing_finish_and_sweeper_never_deadlocks(pg_url: str, tmp_path: Path) -> None:
+    """PostgreSQL: ``cancel`` (job -> items) against finishing items that release a bundle and the
+    sweeper's revoke/quarantine path, started together by a barrier, round after round."""
+    engine = make_engine(pg_url, pool_size=12)
+    bundle_lane = replace(lane_spec("archive", env={}), lock="")
+    second = replace(lane_spec("upload", env={}), lock="")
+    errors: list[BaseException] = []
+    try:
+        for rnd in range(8):
+            # Given a job noop -> upload (per photo) -> archive (one bundle) whose noop items are
+            # all running: the first 24 with expired leases (all but the last two out of attempts,
+            # so the sweeper locks many waiting successors before it reads the job), the last 8
+            # about to finish (releasing successors and checking the bundle)
+            job = _submit(engine, tmp_path / f"r{rnd}", 32, [EXPIRED, second, bundle_lane], ("archive",))
+            ids = _item_ids(engine, job)
+            leases = []
+            for k, item_id in enumerate(ids):
+                spec = EXPIRED if k < 24 else NOOP
+                lease = store_items.claim(engine, spec, item_id, 0, "w").lease
+                assert lease is not None
+                leases.append((k, lease))
+            with Session(engine) as s, s.begin():
+                s.execute(update(Item).where(Item.id.in_(ids[:22])).values(attempt=2))
+            barrier = threading.Barrier(3, timeout=60)
+
+            def run(fn: Any, barrier: threading.Barrier = barrier) -> None:
+                try:
+                    barrier.wait()
+                    fn()
+                except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+                    errors.append(exc)
+
+            def finish(leases: list[Any] = leases) -> None:
+                for k, lease in leases:
+                    if k >= 24:
+                        try:
+                            with fenced(engine, lease.item_id, lease.token, worker="w") as s:
+                                store_items.succeed(s, lease, None, "w")
+                        except StaleLease:
+                            pass
+
+            def sweep() -> None:
+                revoke_expired(engine, {"noop": EXPIRED})
+
+            def cancel(job: int = job) -> None:
+                store_jobs.cancel(engine, job)
+
+            # When cancel, the finishing items and the sweeper run at the same instant
+            threads = [threading.Thread(target=run, args=(f,)) for f in (finish, sweep, cancel)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(180)
+            # Then nobody deadlocked (PostgreSQL would abort one with DeadlockDetected)
+            assert not errors, [f"{type(e).__name__}: {e}" for e in errors]
+            status = store_jobs.job_status(engine, job)
+            assert status.control == "cancel"
+    finally:
+        engine.dispose()

@@ -1,0 +1,60 @@
+"""A submission whose submitter died half-way, as ``photojobs status`` and ``cancel`` show it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from sqlalchemy import Engine
+
+from photojobs.lanes import lane_spec
+from store import jobs as store_jobs
+from tests.support import ROOT
+
+
+def photojobs(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PHOTOJOBS_DATABASE_URL": db_url}
+    return subprocess.run(
+        [sys.executable, "-m", "photojobs", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_status_shows_a_stalled_submission_and_cancel_ends_it(
+    engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a submitter killed after two chunks of 100 photos out of 1,000
+    monkeypatch.setattr(store_jobs, "CHUNK_FIRST", 100)
+    monkeypatch.setattr(store_jobs, "CHUNK_MAX", 100)
+    land = store_jobs._land_chunk
+    calls = []
+
+    def dies(*args):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt("submitter killed")
+        return land(*args)
+
+    monkeypatch.setattr(store_jobs, "_land_chunk", dies)
+    with pytest.raises(KeyboardInterrupt):
+        store_jobs.submit(
+            engine, [lane_spec("noop", env={})], [store_jobs.PhotoInput(f"/x/p{i}.jpg") for i in range(1000)]
+        )
+    # When status is asked
+    text = photojobs(db_url, "status")
+    data = json.loads(photojobs(db_url, "status", "--json").stdout)
+    # Then it says the job is submitting, how far it got, and that nothing runs meanwhile
+    assert text.returncode == 0 and "job 1: submitting" in text.stdout
+    assert "200 of 1000 photo(s) written" in text.stdout
+    assert data["state"] == "submitting" and data["submission"]["landed"] == 200
+    # When it is cancelled / Then it is over
+    assert photojobs(db_url, "cancel", "1").returncode == 0
+    final = json.loads(photojobs(db_url, "status", "--json").stdout)
+    assert final == {"job": 1, "state": "cancelled", "lanes": {"noop": {"cancelled": 200}}}

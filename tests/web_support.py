@@ -1,0 +1,122 @@
+"""Test support for the web API: a real ``photojobs serve`` process and a small SSE reader."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.support import ROOT, free_port, wait_for
+
+TOKEN = "test-token-0123456789"
+
+
+class WebServer:
+    """``python -m photojobs serve`` on a free loopback port, restartable on the same port."""
+
+    def __init__(
+        self, env: dict[str, str], logdir: Path, *, roots: list[Path], extra: dict[str, str] | None = None
+    ):
+        self.port = free_port()
+        self.logdir = logdir
+        self.env = {
+            **env,
+            "PHOTOJOBS_API_TOKEN": TOKEN,
+            "PHOTOJOBS_PHOTO_ROOTS": ":".join(str(r) for r in roots),
+            "PHOTOJOBS_SSE_KEEPALIVE": "0.5",
+            "PHOTOJOBS_SSE_POLL": "0.1",
+            **(extra or {}),
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, *args: str) -> WebServer:
+        self.starts += 1
+        log = open(self.logdir / f"serve-{self.starts}.log", "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "photojobs", "serve", "--port", str(self.port), *args],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        wait_for(self._healthy, 60, what=f"photojobs serve on port {self.port}")
+        return self
+
+    def _healthy(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"photojobs serve exited {self.proc.returncode}: {self.logs()}")
+        try:
+            return httpx.get(self.url + "/healthz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.proc = None
+
+    def logs(self) -> str:
+        return "\n".join(
+            f.read_text(errors="replace")[-3000:] for f in sorted(self.logdir.glob("serve-*.log"))
+        )
+
+    def client(self, token: str | None = TOKEN) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+
+@dataclass
+class SseMessage:
+    id: str | None
+    event: str
+    data: str
+
+    def json(self) -> Any:
+        return json.loads(self.data)
+
+
+def sse_messages(lines: Iterator[str], comments: list[str] | None = None) -> Iterator[SseMessage]:
+    """Parse an SSE stream: a message is dispatched only at its blank line (as browsers do)."""
+    ident: str | None = None
+    event = "message"
+    data: list[str] = []
+    for line in lines:
+        if line == "":
+            if data:
+                yield SseMessage(ident, event, "\n".join(data))
+            ident, event, data = None, "message", []
+            continue
+        if line.startswith(":"):
+            if comments is not None:
+                comments.append(line)
+            continue
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "id":
+            ident = value
+        elif name == "event":
+            event = value
+        elif name == "data":
+            data.append(value)
