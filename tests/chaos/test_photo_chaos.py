@@ -17,7 +17,6 @@ test``; long run: 300 s, ``make chaos``). One store: ``pytest tests/chaos -k 'ph
 
 from __future__ import annotations
 
-import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -225,18 +224,6 @@ def run_photo_chaos(
     assert short == [], f"{where}\nthe run did not prove enough (have < minimum): {short}"
 
 
-# Today's code breaks the promise across jobs (issue 10): this run finds double shifts, orphaned
-# intents, staged files left behind, keywords only in XPKeywords, UserComment and file times
-# rewritten. The fixes come on other branches; once merged, drop this marker (or run with
-# PHOTOJOBS_CHAOS_STRICT=1 to see the run fail today).
-KNOWN_BROKEN = pytest.mark.xfail(
-    os.environ.get("PHOTOJOBS_CHAOS_STRICT") != "1",
-    reason="issue 10: photo safety across jobs and metadata fidelity are not fixed on this branch",
-    strict=False,
-)
-
-
-@KNOWN_BROKEN
 @pytest.mark.timeout(int(SHORT + 900))
 def test_photo_chaos_short(
     engine: Engine,
@@ -249,7 +236,6 @@ def test_photo_chaos_short(
     run_photo_chaos(SHORT, engine, env, fleet, redis_server, tmp_path, request)
 
 
-@KNOWN_BROKEN
 @pytest.mark.slow
 @pytest.mark.timeout(int(LONG + 1200))
 def test_photo_chaos_long(
