@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import signal
 import subprocess
 import threading
@@ -187,6 +188,9 @@ class PhotoChaosRun(ChaosRun):
         self.archive = self.workdir / "photos-archive"
         self.uploads = self.workdir / "photos-uploads"
         self.failpoint_log = self.workdir / "failpoints.log"
+        self._freeze_lock = threading.Lock()
+        self._watching = threading.Event()
+        self.thaw_rng = random.Random(self.rng.random())  # the watcher thread's own, so runs replay
 
     # -- workers --------------------------------------------------------------------------------
     def _armed(self) -> str:
@@ -248,19 +252,30 @@ class PhotoChaosRun(ChaosRun):
             faults[f"failpoint {point}:{action}"] += 1
         return faults
 
+    def watch_freezes(self) -> None:
+        """Schedule the thaw of workers a failpoint froze (they wake as zombies after 2.5-6 s)."""
+        with self._freeze_lock:
+            groups = process_states()
+            for w in list(self.workers):
+                if not isinstance(w, PhotoWorker) or w.frozen or w.proc.poll() is not None:
+                    continue
+                if "T" in groups.get(w.proc.pid, set()):
+                    seconds = self.thaw_rng.uniform(2.5, 6.0)
+                    w.thaw = threading.Timer(seconds, self._thaw, args=(w,))
+                    w.thaw.daemon = True
+                    w.thaw.start()
+                    self.note(f"worker pid {w.proc.pid} froze at a failpoint; SIGCONT in {seconds:.1f}s")
+
+    def _freeze_watcher(self) -> None:
+        # Its own thread: a worker may freeze while another of its threads holds SQLite's write lock,
+        # and then every store call of the main loop waits for that lock; the thaw must not.
+        while not self._watching.wait(0.2):
+            self.watch_freezes()
+
     def maintain(self) -> None:
         """Thaw workers a failpoint froze (after a while: they wake as zombies), replace dead
         workers, keep a sweeper running; fail fast when workers keep dying on their own."""
-        groups = process_states()
-        for w in self.workers:
-            if not isinstance(w, PhotoWorker) or w.frozen or w.proc.poll() is not None:
-                continue
-            if "T" in groups.get(w.proc.pid, set()):
-                seconds = self.rng.uniform(2.5, 6.0)
-                w.thaw = threading.Timer(seconds, self._thaw, args=(w,))
-                w.thaw.daemon = True
-                w.thaw.start()
-                self.note(f"worker pid {w.proc.pid} froze at a failpoint; SIGCONT in {seconds:.1f}s")
+        self.watch_freezes()
         fired_groups = {g for _, g, _, _ in self.fired()}
         for w in list(self.workers):
             code = w.proc.poll()
@@ -586,6 +601,7 @@ class PhotoChaosRun(ChaosRun):
         for fault in ("kill_holder", "freeze_holder_long", "flushall", "sweeper", "pause", "cancel"):
             self.forced.append((self.rng.uniform(0.1, 0.8) * self.seconds, fault))
         self.note(f"started {WORKERS} workers x {THREADS} threads (lanes {LANES}), 1 sweeper")
+        threading.Thread(target=self._freeze_watcher, name="freeze-watcher", daemon=True).start()
 
     def chaos(self) -> None:
         names = [a for a, _ in self.PHOTO_ACTIONS]
@@ -606,6 +622,7 @@ class PhotoChaosRun(ChaosRun):
     def calm_down(self) -> None:
         """End the faults: workers with failpoints go (killed), frozen ones thaw, paused jobs resume."""
         self.calm = True
+        self._watching.set()
         for w in list(self.workers):
             if w.thaw is not None:
                 w.thaw.cancel()

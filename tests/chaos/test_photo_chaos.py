@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
+from store.intents import sweep_stray_staged
 from tests.chaos.checker import analyse
 from tests.chaos.harness import chaos_seconds, chaos_seed
 from tests.chaos.photo_harness import PhotoChaosRun, PhotoJob, minimums
@@ -151,6 +152,10 @@ def run_photo_chaos(
     finally:
         run.finish()
         (tmp_path / "chaos.log").write_text("\n".join(run.log))
+    # And the sweeper's stray pass runs as it would once its grace is over (no attempt is alive now
+    # that could still be writing a staged file it has not recorded): what it removes is counted
+    strays = sweep_stray_staged(engine, grace=0.0)
+    print(f"{tag} stray staged files removed by the final sweep: {len(strays)}", flush=True)
     jobs = [j for j in run.jobs if isinstance(j, PhotoJob)]
     analysis = analyse(engine, job_ids=[j.id for j in jobs], max_attempts=None)
     files = check_files(
