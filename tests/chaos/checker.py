@@ -71,6 +71,9 @@ ITEM_EVENTS = frozenset(
     }
 )
 OTHER_EVENTS = frozenset({"message_rejected"})
+# File-effect intents (store.intents): recorded by a lease holder through its fence, then settled
+# (applied/discarded) by that attempt, a later one, or whatever settles the intents of stopped items.
+INTENT_EVENTS = frozenset({"intent_recorded", "intent_applied", "intent_discarded"})
 
 # Events written by _set_items inside a job's cancel/pause/resume transaction, and the job event
 # that closes that transaction (it is written after the item events, so it follows them in the log).
@@ -410,6 +413,16 @@ class _Walker:
         else:
             self.bad(it, e, "unknown item event type")
 
+    def intent_event(self, e: EventRecord) -> None:
+        """An intent is recorded only by the current lease holder (its fenced session)."""
+        it = self.items.get(e.item) if e.item is not None else None
+        if it is None:
+            self.out.append(f"cursor {e.cursor}: {e.type} for item {e.item}, which has no events")
+            return
+        it.history.append(f"{e.cursor}:{e.type}[{e.token}]")
+        if e.type == "intent_recorded" and (it.state != RUNNING or e.token != it.token):
+            self.bad(it, e, f"intent recorded while {it.state!r} at token {it.token}: not by the holder")
+
     def _need(self, it: _Item, e: EventRecord, state_ok: bool, token_ok: bool, what: str = "") -> None:
         if not state_ok:
             self.bad(it, e, f"not allowed from state {it.state!r}")
@@ -499,6 +512,8 @@ def check_history(
                 walker.out.append(f"cursor {e.cursor}: {e.type} without an item")
             else:
                 walker.item_event(e)
+        elif e.type in INTENT_EVENTS or e.type.startswith("intent_"):  # settle kinds may grow
+            walker.intent_event(e)
         elif e.type not in OTHER_EVENTS:
             walker.out.append(f"cursor {e.cursor}: unknown event type {e.type!r}")
     for it in walker.items.values():

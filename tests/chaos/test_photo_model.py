@@ -1,0 +1,156 @@
+"""The file model of the photo chaos run can fail: each kind of damage it must see, made by hand."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, insert, select, update
+from sqlalchemy.orm import Session
+
+from photojobs.lanes import lane_spec
+from photos.samples import generate_samples
+from store import jobs as store_jobs
+from store.models import Intent, Item, Photo
+from tests.chaos.photo_harness import minimums
+from tests.chaos.photo_model import check_files, take_baseline
+
+
+def _setup(engine: Engine, tmp_path: Path, params: dict[str, object]) -> tuple[Path, dict, int, int]:
+    """Two real photos, a one-item-per-photo exif job over them; (folder, baseline, photo, item)."""
+    folder = tmp_path / "photos"
+    made = generate_samples(folder, 2, seed=5, size=(64, 48))
+    before = take_baseline(made)
+    job = store_jobs.submit(
+        engine,
+        [lane_spec("exif", env={})],
+        [store_jobs.PhotoInput(str(p), None) for p in made],
+        params=params,
+    ).job_id
+    with Session(engine) as s, s.begin():
+        ids = dict(s.execute(select(Photo.path, Photo.id)).all())
+        s.execute(update(Item).where(Item.job_id == job).values(state="succeeded"))
+        item = s.execute(select(Item.id).where(Item.photo_id == ids[str(made[0])])).scalar_one()
+    baseline = {ids[str(p)]: before[str(p)] for p in made}
+    return folder, baseline, ids[str(made[0])], item
+
+
+def _intent(engine: Engine, item: int, photo: int, target: Path, state: str) -> None:
+    with Session(engine) as s, s.begin():
+        s.execute(
+            insert(Intent).values(
+                item_id=item,
+                token=1,
+                photo_id=photo,
+                kind="replace",
+                staged=f"{target}.staged",
+                target=str(target),
+                source=str(target),
+                sha256=None,
+                state=state,
+                created_at=0.0,
+            )
+        )
+
+
+def _check(engine: Engine, folder: Path, baseline: dict) -> list[str]:
+    with Session(engine) as s:
+        jobs = sorted(set(s.execute(select(Item.job_id)).scalars()))
+    return check_files(
+        engine, baseline=baseline, folders=[folder], uploads=folder.parent / "up", records=[], job_ids=jobs
+    ).violations
+
+
+def _shift(path: Path, hours: int) -> None:
+    subprocess.run(
+        ["exiftool", "-q", "-overwrite_original", "-P", f"-ExifIFD:DateTimeOriginal+={hours}", str(path)],
+        check=True,
+    )
+
+
+def test_a_shift_applied_once_per_applied_intent_passes_and_a_double_shift_fails(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # Given a shift job whose item applied its intent, and the photo shifted by one hour
+    folder, baseline, photo, item = _setup(engine, tmp_path, {"exif.shift": "+1h"})
+    path = Path(baseline[photo].path)
+    _intent(engine, item, photo, path, "applied")
+    with Session(engine) as s, s.begin():  # the other photo's item applied nothing: it must not succeed
+        s.execute(update(Item).where(Item.id != item).values(state="cancelled"))
+    _shift(path, 1)
+    # When the files are checked, Then all is well
+    assert _check(engine, folder, baseline) == []
+    # When the photo is shifted once more (a second application of the same edit)
+    _shift(path, 1)
+    # Then the checker reports the shift landed twice
+    found = _check(engine, folder, baseline)
+    assert len(found) == 1 and "DateTimeOriginal" in found[0] and "landed 2:00:00" in found[0], found
+
+
+def test_duplicates_missing_photos_staged_files_and_orphaned_intents_are_reported(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # Given a keywords job whose first item is cancelled with its intent still recorded
+    folder, baseline, photo, item = _setup(engine, tmp_path, {"exif.keywords": "a,b"})
+    path = Path(baseline[photo].path)
+    _intent(engine, item, photo, path, "recorded")
+    with Session(engine) as s, s.begin():
+        s.execute(update(Item).where(Item.id == item).values(state="cancelled"))
+        s.execute(update(Item).where(Item.id != item).values(state="cancelled"))
+    # And a copy of the photo at its old name (a resurrected file), a staged file left behind, and
+    # the other photo gone
+    shutil.copy2(path, folder / "resurrected.jpg")
+    (folder / f".{path.name}.pj-i9-t1.tmp").write_bytes(b"x")
+    other = next(p for p in baseline if p != photo)
+    Path(baseline[other].path).unlink()
+    # When the files are checked
+    found = "\n".join(_check(engine, folder, baseline))
+    # Then each is reported
+    assert "exists 2 times" in found and "resurrected.jpg" in found
+    assert "staged/temp file left behind" in found
+    assert f"photo {other}: missing" in found
+    assert "orphaned intent" in found
+
+
+def _exiftool(path: Path, *args: str) -> None:
+    subprocess.run(["exiftool", "-q", "-overwrite_original", "-P", *args, str(path)], check=True)
+
+
+def test_keywords_must_be_where_photo_apps_read_them_and_other_tags_stay(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # Given a keywords job whose item applied its edit, the keywords written only as XPKeywords
+    folder, baseline, photo, item = _setup(engine, tmp_path, {"exif.keywords": "sea,sun"})
+    path = Path(baseline[photo].path)
+    _intent(engine, item, photo, path, "applied")
+    with Session(engine) as s, s.begin():
+        s.execute(update(Item).where(Item.id != item).values(state="cancelled"))
+    _exiftool(path, "-XPKeywords=sea;sun")
+    # When the files are checked, Then the keywords are reported invisible
+    found = _check(engine, folder, baseline)
+    assert len(found) == 1 and "not visible as XMP-dc:Subject or IPTC:Keywords" in found[0], found
+    # When they are written as XMP dc:subject too, Then all is well
+    _exiftool(path, "-XMP-dc:Subject=sea", "-XMP-dc:Subject=sun")
+    assert _check(engine, folder, baseline) == []
+    # When a tag nobody asked to change is rewritten and the file time moves
+    _exiftool(path, "-ExifIFD:UserComment=analysis results")
+    os.utime(path, ns=(baseline[photo].mtime_ns, baseline[photo].mtime_ns + 5_000_000_000))
+    # Then both are reported
+    found = "\n".join(_check(engine, folder, baseline))
+    assert "untouched tag ExifIFD:UserComment changed" in found and "modification time changed" in found, (
+        found
+    )
+
+
+def test_minimums_scale_with_the_run_and_can_be_overridden(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the per-minute minimums, When a 5-minute run asks for its minimums
+    monkeypatch.delenv("PHOTOJOBS_CHAOS_MINIMUMS", raising=False)
+    long = minimums(300)
+    # Then they scale (>= 1,000 items) and none is below one
+    assert long["items"] >= 1000 and long["lease_expired"] == 20 and min(minimums(10).values()) == 1
+    # When the environment overrides one, Then it wins
+    monkeypatch.setenv("PHOTOJOBS_CHAOS_MINIMUMS", "stale_commit_rejected=7")
+    assert minimums(300)["stale_commit_rejected"] == 7
