@@ -67,6 +67,9 @@ def _fresh_pg(template: str) -> Iterator[str]:
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
     yield PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
+    if os.environ.get("PHOTOJOBS_TEST_KEEP_DB"):  # debugging a failed run: keep its store
+        print(f"kept database {name}")
+        return
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 

@@ -49,7 +49,7 @@ def _intent(engine: Engine, item: int, photo: int, target: Path, state: str) -> 
                 staged=f"{target}.staged",
                 target=str(target),
                 source=str(target),
-                sha256=None,
+                result_sha256=None,
                 state=state,
                 created_at=0.0,
             )
