@@ -366,6 +366,10 @@ class PhotoChaosRun(ChaosRun):
         names, weights = list(EXTRA_KINDS), list(EXTRA_KINDS.values())
         kinds += rng.choices(names, weights, k=rng.randint(3, 5))
         rng.shuffle(kinds)
+        # The mover goes last: every job of the wave names the photos by the paths read above, which
+        # stay true only until the mover starts moving them (a later job would name a moved photo's
+        # old path, and its item would rightly fail with "file not found").
+        kinds.sort(key=lambda k: k == mover)
         for kind in kinds:
             size = rng.randint(15, len(ids)) if kind == "noop" else rng.randint(6, 16)  # noop is cheap
             from_hot = rng.sample(hot, min(len(hot), max(2, int(size * 0.7))))
