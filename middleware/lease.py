@@ -243,10 +243,7 @@ class LeaseMiddleware(Middleware):
     def _succeed(self, ctx: ItemContext, result: Any) -> None:
         payload = result if isinstance(result, dict) or result is None else {"value": result}
         with fenced(self.engine, ctx.lease.item_id, ctx.lease.token, worker=self.worker, what="succeed") as s:
-            store_items.lock_for_finish(s, ctx.lease)  # job -> item before the photo writes below
-            for write in ctx.at_finish:
-                write(s)
-            store_items.succeed(s, ctx.lease, payload, self.worker)
+            store_items.succeed(s, ctx.lease, payload, self.worker, ctx.at_finish)
 
     def top_up(self, broker: dramatiq.Broker, ctx: ItemContext) -> None:
         """Refill this lane (and the next one of the job) so workers don't wait for the sweeper."""

@@ -31,6 +31,10 @@ class FencedSession(Session):
 
 @event.listens_for(FencedSession, "before_commit")
 def _check_fence(session: FencedSession) -> None:
+    if session.info.get("fence_verified"):
+        # The session's finishing UPDATE matched (item, token, running) and holds the row (the
+        # write lock on SQLite) until this commit: the fence is already checked.
+        return
     row = session.execute(
         select(Item.state, Item.fencing_token).where(Item.id == session.fence_item_id).with_for_update()
     ).first()

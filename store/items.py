@@ -13,17 +13,18 @@ they pass to the intent (``photo_locks.intent_id``) and are released when it is 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, Select, and_, delete, insert, literal, select, tuple_, update
+from sqlalchemy import Connection, Engine, Select, and_, delete, literal, select, tuple_, update
 from sqlalchemy.orm import Session
 
-from photojobs.lanes import EXCLUSIVE, NO_LOCK, LaneSpec
+from photojobs.lanes import NO_LOCK, LaneSpec
 
 from .clock import db_now
 from .engine import reader
+from .errors import StaleLease
 from .events import emit, emit_many
 from .models import (
     CANCEL,
@@ -45,6 +46,9 @@ from .models import (
     PhotoLock,
     unindexed_state,
 )
+from .photo_locks import Conflict, LockRequest
+from .photo_locks import take as take_photo_locks
+from .statements import RENEW_KEY, claim_sql, end_lease_sql, event_sql, renew_sql
 
 RECORDED_INTENT = "recorded"  # store.intents.RECORDED (that module imports this one)
 T = TypeVar("T")
@@ -98,137 +102,161 @@ def chunked(values: Sequence[T], size: int = IN_CHUNK) -> Iterator[Sequence[T]]:
         yield values[start : start + size]
 
 
-def _lock_conflicts(s: Session, item_id: int, photo_ids: tuple[int, ...], mode: str) -> list[tuple[int, int]]:
-    """Take the photos' row locks in ascending id order, then list conflicting photo locks."""
-    if not photo_ids:
-        return []
-    held = []
-    # In chunks of ascending ids (the global order is kept across chunks): a bundle of 100,000 photos
-    # would pass PostgreSQL's 65,535 bind parameters (SQLite's 32,766) in one statement.
-    for chunk in chunked(sorted(photo_ids)):
-        s.execute(select(Photo.id).where(Photo.id.in_(chunk)).order_by(Photo.id).with_for_update()).all()
-    for chunk in chunked(sorted(photo_ids)):
-        held += s.execute(
-            select(PhotoLock.photo_id, PhotoLock.item_id, PhotoLock.mode).where(
-                PhotoLock.photo_id.in_(chunk), PhotoLock.item_id != item_id
-            )
-        ).all()
-    return [(h.photo_id, h.item_id) for h in held if mode == EXCLUSIVE or h.mode == EXCLUSIVE]
+LANE_LOCKS = object()  # claim's default: the lane's own lock mode (``lane_lock_request``)
 
 
-def claim(engine: Engine, spec: LaneSpec, item_id: int, token: int, worker: str) -> ClaimOutcome:
+def lane_lock_request(spec: LaneSpec) -> LockRequest | None:
+    """The photo locks a lane's items take by its declaration: ``spec.lock`` (none for NO_LOCK),
+    retried after ``spec.lock_retry``. ``middleware.locks.LockMiddleware`` decides this per message
+    (with jitter on the retry); direct callers of ``claim`` get the declaration."""
+    return None if spec.lock == NO_LOCK else LockRequest(spec.lock, spec.lock_retry)
+
+
+class _LockConflict(Exception):
+    def __init__(self, conflict: Conflict) -> None:
+        self.conflict = conflict
+
+
+def claim(
+    engine: Engine,
+    spec: LaneSpec,
+    item_id: int,
+    token: int,
+    worker: str,
+    locks: LockRequest | None | object = LANE_LOCKS,
+    *,
+    _retried: bool = False,
+) -> ClaimOutcome:
     """Claim = one transaction: CAS queued/pending -> running, bump token and attempt, set the lease
-    from the database clock, take the photo locks (all or nothing), write ``item_claimed``.
+    from the database clock, take the photo locks ``locks`` asks for (all or nothing, ascending
+    photo order), write ``item_claimed``.
 
-    A message whose (item, token) is not claimable is skipped. When a photo is locked by other work
-    the item goes back to ``pending`` with a short ``not_before`` and nothing is held.
+    The compare-and-set is one ``UPDATE … RETURNING`` (``store.statements.claim_sql``); when it
+    matches no row, a second look says why (unknown item, other lane, stale token, not claimable,
+    job still being submitted — then the item is deferred). When a photo is locked by other work the
+    transaction rolls back and the item goes back to ``pending`` for ``locks.retry_after`` seconds,
+    holding nothing.
     """
+    request = lane_lock_request(spec) if locks is LANE_LOCKS else locks
+    assert request is None or isinstance(request, LockRequest)
+    params = {"item_id": item_id, "token": token, "lane": spec.name, "worker": worker, "ttl": spec.lease_ttl}
+    try:
+        with engine.begin() as conn:
+            dialect = conn.dialect.name
+            row = conn.execute(claim_sql(dialect), params).first()
+            if row is None:
+                lease = None
+            else:
+                photo_ids = (row.photo_id,) if row.photo_id is not None else _bundle_photo_ids(conn, item_id)
+                new_token = row.fencing_token
+                holds = request is not None and bool(photo_ids)
+                if holds:
+                    conflict = take_photo_locks(conn, item_id, photo_ids, request, new_token)  # type: ignore[arg-type]
+                    if conflict is not None:
+                        raise _LockConflict(conflict)  # rolls the claim back
+                    if row.photo_id is None:
+                        # A bundle's thousands of lock rows take time: its lease runs from now.
+                        conn.execute(
+                            update(Item)
+                            .where(Item.id == item_id)
+                            .values(lease_expires_at=db_now() + spec.lease_ttl)
+                        )
+                conn.execute(
+                    event_sql(dialect),
+                    {
+                        "type": "item_claimed",
+                        "job_id": row.job_id,
+                        "item_id": item_id,
+                        "photo_id": row.photo_id,
+                        "lane": spec.name,
+                        "attempt": row.attempt,
+                        "token": new_token,
+                        "worker": worker,
+                        "detail": {"photos": list(photo_ids)} if len(photo_ids) > 1 else None,
+                    },
+                )
+                lanes = tuple(row.lanes or ())
+                lease = Lease(
+                    item_id=item_id,
+                    token=new_token,
+                    job_id=row.job_id,
+                    lane=spec.name,
+                    position=row.position,
+                    photo_id=row.photo_id,
+                    photo_ids=tuple(photo_ids),
+                    attempt=row.attempt,
+                    checkpoint=row.checkpoint,
+                    params=dict(row.params or {}),
+                    roots=list(row.roots or []),
+                    photo_path=row.photo_path,
+                    job_lanes=lanes,
+                    holds_locks=holds,
+                )
+    except _LockConflict as exc:
+        return _defer_locked(engine, spec, item_id, token, worker, request, exc.conflict)  # type: ignore[arg-type]
+    if lease is not None:
+        return ClaimOutcome(lease, "claimed")
+    return _not_claimed(engine, spec, item_id, token, worker, locks, _retried)
+
+
+def _bundle_photo_ids(conn: Connection, item_id: int) -> tuple[int, ...]:
+    rows = conn.execute(select(ItemPhoto.photo_id).where(ItemPhoto.item_id == item_id)).scalars()
+    return tuple(sorted(set(rows)))
+
+
+def _defer_locked(
+    engine: Engine,
+    spec: LaneSpec,
+    item_id: int,
+    token: int,
+    worker: str,
+    request: LockRequest,
+    conflict: Conflict,
+) -> ClaimOutcome:
+    """A photo of the item is locked by other work: back to ``pending`` for a while, holding nothing
+    (the message's (item, token) is checked again: another delivery may have moved it on)."""
     with Session(engine) as s, s.begin():
-        # One statement for the item (row-locked), its job's parameters and its photo's path.
+        item = s.execute(select(Item).where(Item.id == item_id).with_for_update()).scalar_one_or_none()
+        if item is None or item.fencing_token != token or item.state not in (QUEUED, PENDING):
+            return ClaimOutcome(None, f"item {item_id} moved on while its photos were locked")
+        _defer(
+            s,
+            item,
+            worker,
+            request.retry_after,
+            {"reason": "photo locked", "photo": conflict.photo_id, "held_by": conflict.held_by},
+        )
+    return ClaimOutcome(None, f"photo {conflict.photo_id} locked by item {conflict.held_by}", True)
+
+
+def _not_claimed(
+    engine: Engine, spec: LaneSpec, item_id: int, token: int, worker: str, locks: object, retried: bool
+) -> ClaimOutcome:
+    """Why the claim's compare-and-set matched nothing (off the hot path: stray, stale or early
+    messages). A job still being submitted defers the item; everything else is a skip."""
+    with Session(engine) as s, s.begin():
         row = s.execute(
-            select(Item, Job.params, Job.roots, Job.lanes, Photo.path, Job.submitting)
+            select(Item, Job.submitting)
             .join(Job, Job.id == Item.job_id)
-            .outerjoin(Photo, Photo.id == Item.photo_id)
             .where(Item.id == item_id)
             .with_for_update(of=Item)
         ).first()
         if row is None:
             return ClaimOutcome(None, f"unknown item {item_id}")
-        item, job_params, job_roots, job_lanes, photo_path, job_submitting = row
+        item, submitting = row
         if item.lane != spec.name:
             return ClaimOutcome(None, f"item {item_id} belongs to lane {item.lane!r}, not {spec.name!r}")
         if item.fencing_token != token:
             return ClaimOutcome(None, f"stale token {token}: item {item_id} is at token {item.fencing_token}")
         if item.state not in (QUEUED, PENDING):
             return ClaimOutcome(None, f"item {item_id} is {item.state}, not claimable")
-        if job_submitting:  # the dispatcher passes such jobs over; a stray message waits too
+        if submitting:  # the dispatcher passes such jobs over; a stray message waits too
             _defer(s, item, worker, 1.0, {"reason": "job still being submitted"})
             return ClaimOutcome(None, f"job {item.job_id} is still being submitted", True)
-        photo_ids = item_photo_ids(s, item)
-        if spec.lock != NO_LOCK:
-            conflicts = _lock_conflicts(s, item_id, photo_ids, spec.lock)
-            if conflicts:
-                s.execute(
-                    update(Item)
-                    .where(Item.id == item_id)
-                    .values(
-                        state=PENDING,
-                        queued_at=None,
-                        not_before=db_now() + spec.lock_retry,
-                        updated_at=db_now(),
-                    )
-                )
-                emit(
-                    s,
-                    "item_deferred",
-                    job_id=item.job_id,
-                    item_id=item_id,
-                    photo_id=item.photo_id,
-                    lane=item.lane,
-                    attempt=item.attempt,
-                    token=token,
-                    worker=worker,
-                    detail={"reason": "photo locked", "photo": conflicts[0][0], "held_by": conflicts[0][1]},
-                )
-                return ClaimOutcome(None, f"photo {conflicts[0][0]} locked by item {conflicts[0][1]}", True)
-        new_token = token + 1
-        attempt = item.attempt + 1
-        # Locks first, the lease last: a bundle's thousands of lock rows take time, and the lease's
-        # expiry (the database clock at the statement) must not be spent before the claim commits.
-        if spec.lock != NO_LOCK and photo_ids:
-            # Locks this item's own unsettled intents kept: the new attempt holds them again (and
-            # recovers those intents first).
-            s.execute(delete(PhotoLock).where(PhotoLock.item_id == item_id))
-            s.execute(
-                insert(PhotoLock),
-                [
-                    {"photo_id": p, "item_id": item_id, "mode": spec.lock, "token": new_token}
-                    for p in photo_ids
-                ],
-            )
-        s.execute(
-            update(Item)
-            .where(Item.id == item_id, Item.fencing_token == token)
-            .values(
-                state=RUNNING,
-                fencing_token=new_token,
-                attempt=attempt,
-                lease_owner=worker,
-                lease_ttl=spec.lease_ttl,
-                lease_expires_at=db_now() + spec.lease_ttl,
-                queued_at=None,
-                updated_at=db_now(),
-            )
-        )
-        emit(
-            s,
-            "item_claimed",
-            job_id=item.job_id,
-            item_id=item_id,
-            photo_id=item.photo_id,
-            lane=item.lane,
-            attempt=attempt,
-            token=new_token,
-            worker=worker,
-            detail={"photos": list(photo_ids)} if len(photo_ids) > 1 else None,
-        )
-        lease = Lease(
-            item_id=item_id,
-            token=new_token,
-            job_id=item.job_id,
-            lane=item.lane,
-            position=item.position,
-            photo_id=item.photo_id,
-            photo_ids=photo_ids,
-            attempt=attempt,
-            checkpoint=item.checkpoint,
-            params=dict(job_params or {}),
-            roots=list(job_roots or []),
-            photo_path=photo_path,
-            job_lanes=tuple(job_lanes or ()),
-            holds_locks=spec.lock != NO_LOCK and bool(photo_ids),
-        )
-        return ClaimOutcome(lease, "claimed")
+    # Claimable now: it changed between the two transactions (another delivery released it).
+    if retried:
+        return ClaimOutcome(None, f"item {item_id} changed while being claimed; skipped")
+    return claim(engine, spec, item_id, token, worker, locks, _retried=True)
 
 
 def _defer(s: Session, item: Item, worker: str | None, delay: float, detail: dict[str, Any]) -> None:
@@ -318,29 +346,19 @@ class Renewal:
 
 
 def renew(engine: Engine, leases: Mapping[int, int]) -> Renewal:
-    """Heartbeat: extend every lease in ``leases`` ({item id: token}) in one statement, guarded by token.
+    """Heartbeat: extend every lease in ``leases`` ({item id: token}) in one statement, guarded by
+    token, which also returns each held lease's job control request.
 
     Returns which are still held (with their job's control request) and which were lost.
     """
     if not leases:
         return Renewal({}, set())
-    pairs = list(leases.items())
-    with Session(engine) as s, s.begin():
-        renewed = s.execute(
-            update(Item)
-            .where(
-                Item.id.in_(list(leases)),  # the primary key, whatever the planner makes of the pairs
-                Item.state == RUNNING,
-                tuple_(Item.id, Item.fencing_token).in_(pairs),
-            )
-            .values(lease_expires_at=db_now() + Item.lease_ttl)
-            .returning(Item.id, Item.job_id)
+    with engine.begin() as conn:
+        renewed = conn.execute(
+            renew_sql(conn.dialect.name),
+            {"ids": list(leases), "keys": [i * RENEW_KEY + t for i, t in leases.items()]},
         ).all()
-        job_ids = {r.job_id for r in renewed}
-        controls = (
-            dict(s.execute(select(Job.id, Job.control).where(Job.id.in_(job_ids))).all()) if job_ids else {}
-        )
-    held = {r.id: controls.get(r.job_id) for r in renewed}
+    held = {r.id: r.control for r in renewed}
     return Renewal(held, set(leases) - set(held))
 
 
@@ -361,13 +379,13 @@ def lock_job(s: Session, job_id: int) -> str | None:
 
 
 def lock_for_finish(s: Session, lease: Lease) -> str | None:
-    """The first statements of a finishing transaction: the job (share), then the item (update).
-    Taken once per transaction."""
+    """The job's share lock and control request, taken once per finishing transaction and before
+    the item (lock order job -> item). Only a finish that needs the control request takes it (a
+    retry, a stop, a successor to make ready): a last-lane success touches no job row."""
     key = ("finish_locked", lease.item_id)
     if key in s.info:
         return s.info[key]  # type: ignore[no-any-return]
     control = lock_job(s, lease.job_id)
-    s.execute(select(Item.id).where(Item.id == lease.item_id).with_for_update()).all()
     s.info[key] = control
     return control
 
@@ -388,15 +406,31 @@ def release_locks(s: Session, item_id: int) -> int | None:
     return live
 
 
+def _stale(s: Session, lease: Lease) -> StaleLease:
+    row = s.execute(select(Item.state, Item.fencing_token).where(Item.id == lease.item_id)).first()
+    return StaleLease(
+        lease.item_id, lease.token, row.state if row else None, row.fencing_token if row else None
+    )
+
+
+def _fence_held(s: Session, lease: Lease, row: Any) -> None:
+    """The finishing compare-and-set matched (the lease held, and its row stays locked until the
+    commit): the fenced session needs no separate check. No row: the lease is stale."""
+    if row is None:
+        raise _stale(s, lease)
+    s.info["fence_verified"] = True
+
+
 def _end_lease(s: Session, lease: Lease, **values: Any) -> None:
-    """CAS the running item to its next state and release its photo locks (the fence guards the
-    commit). The caller has locked the job first (``lock_for_finish``)."""
-    s.info["ended_lease"] = True
-    s.execute(
+    """CAS the running item to its next state (the fence folded into the ``WHERE``) and release its
+    photo locks. A finish that reads the job's control request locked the job first."""
+    row = s.execute(
         update(Item)
         .where(Item.id == lease.item_id, Item.fencing_token == lease.token, Item.state == RUNNING)
         .values(lease_owner=None, lease_expires_at=None, updated_at=db_now(), **values)
-    )
+        .returning(Item.id)
+    ).first()
+    _fence_held(s, lease, row)
     if lease.holds_locks:
         release_locks(s, lease.item_id)
 
@@ -418,12 +452,46 @@ def _event(
     )
 
 
-def succeed(s: Session, lease: Lease, result: dict[str, Any] | None, worker: str | None) -> None:
-    """Finish a running item as ``succeeded`` and make the photo's next lane ready (fenced session)."""
-    lock_for_finish(s, lease)
-    _end_lease(s, lease, state=SUCCEEDED, result=result, error=None)
-    _event(s, "item_succeeded", lease, worker, {"result": result} if result else None)
-    advance_pipeline(s, lease.job_id, lease.position, lease.photo_ids, len(lease.job_lanes))
+def succeed(
+    s: Session,
+    lease: Lease,
+    result: dict[str, Any] | None,
+    worker: str | None,
+    writes: Sequence[Callable[[Session], None]] = (),
+) -> None:
+    """Finish a running item as ``succeeded`` (fenced session): one compare-and-set that is also
+    the fence, then ``writes`` (the actor's own rows, e.g. the photo's hash), the lock release, the
+    event, and the photo's next lane made ready."""
+    last_lane = bool(lease.job_lanes) and lease.position >= len(lease.job_lanes) - 1
+    if not last_lane:
+        lock_for_finish(s, lease)  # job -> item: advance_pipeline reads the control request
+    conn = s.connection()
+    dialect = conn.dialect.name
+    row = conn.execute(
+        end_lease_sql(dialect, SUCCEEDED, result=True),
+        {"item_id": lease.item_id, "token": lease.token, "result": result},
+    ).first()
+    _fence_held(s, lease, row)
+    for write in writes:
+        write(s)
+    if lease.holds_locks:
+        release_locks(s, lease.item_id)
+    conn.execute(
+        event_sql(dialect),
+        {
+            "type": "item_succeeded",
+            "job_id": lease.job_id,
+            "item_id": lease.item_id,
+            "photo_id": lease.photo_id,
+            "lane": lease.lane,
+            "attempt": lease.attempt,
+            "token": lease.token,
+            "worker": worker,
+            "detail": {"result": result} if result else None,
+        },
+    )
+    if not last_lane:
+        advance_pipeline(s, lease.job_id, lease.position, lease.photo_ids, len(lease.job_lanes))
 
 
 def fail(
@@ -433,10 +501,10 @@ def fail(
 
     Returns the new state.
     """
-    lock_for_finish(s, lease)
+    control = lock_for_finish(s, lease)
     if retry and lease.attempt < spec.max_attempts:
         delay = spec.retry_delay(lease.attempt)
-        state = ready_state(s, lease.job_id)
+        state = state_for(control)
         _end_lease(s, lease, state=state, error=error, not_before=db_now() + delay)
         _event(s, "item_retry_scheduled", lease, worker, {"error": error, "delay": delay, "state": state})
         return state
@@ -451,8 +519,7 @@ def stop(s: Session, lease: Lease, worker: str | None, reason: str) -> str:
     transaction, under a share lock): ``cancelled``, ``paused``, or back to ``pending`` (a resume
     came first, or the worker is shutting down). A stop that was not a failure does not use up an
     attempt."""
-    lock_for_finish(s, lease)
-    state = ready_state(s, lease.job_id)
+    state = state_for(lock_for_finish(s, lease))
     if state == CANCELLED:
         _end_lease(s, lease, state=CANCELLED)
         _event(s, "item_cancelled", lease, worker, {"reason": reason})

@@ -1,0 +1,154 @@
+"""The hot path's statement budget (issue 9): how many SQL statements a claim, a renew and a fenced
+succeed execute, counted with a ``before_cursor_execute`` listener on SQLite and PostgreSQL.
+
+Not a timing test: a regression back to ORM entity loading, a separate fence check or a per-item
+clock round trip adds statements, and these counts fail loudly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import Engine, event, select
+from sqlalchemy.orm import Session
+
+from photojobs.lanes import lane_spec
+from store import items as store_items
+from store import jobs as store_jobs
+from store.dispatch import take_for_dispatch
+from store.fencing import fenced
+from store.models import Item
+from tests.support import event_counts
+
+NOOP = lane_spec("noop", env={})
+EXIF = lane_spec("exif", env={})  # an exclusive photo lock
+ANALYSIS = lane_spec("analysis", env={})
+
+# The budget: statements sent to the database (SQLite's BEGIN IMMEDIATE not counted; COMMIT is no statement).
+CLAIM = 2  # UPDATE … RETURNING (token, state, lane and job checked in its WHERE) + the event INSERT
+CLAIM_LOCKED = 5  # + the photo row lock, the lock conflicts read, the lock INSERT
+RENEW = 1  # UPDATE … RETURNING the job's control request
+SUCCEED_LAST_LANE = 2  # the fenced UPDATE … RETURNING + the event INSERT (no separate fence read)
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+
+    def __call__(self, conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
+        if not statement.lstrip().upper().startswith("BEGIN"):
+            self.statements.append(statement)
+
+
+@contextmanager
+def counting(engine: Engine) -> Iterator[Counter]:
+    counter = Counter()
+    event.listen(engine, "before_cursor_execute", counter)
+    try:
+        yield counter
+    finally:
+        event.remove(engine, "before_cursor_execute", counter)
+
+
+def queued_item(engine: Engine, tmp_path: Path, specs: list) -> Item:  # type: ignore[type-arg]
+    photos = [store_jobs.PhotoInput(str(tmp_path / "p.jpg"), 1)]
+    job = store_jobs.submit(engine, specs, photos).job_id
+    take_for_dispatch(engine, specs[0])
+    with Session(engine) as s:
+        return s.execute(select(Item).where(Item.job_id == job, Item.position == 0)).scalar_one()
+
+
+def explain(counter: Counter) -> str:
+    return "\n".join(f"  {i + 1}. {s.split(chr(10))[0][:140]}" for i, s in enumerate(counter.statements))
+
+
+def test_claim_renew_and_succeed_stay_within_their_statement_budget(engine: Engine, tmp_path: Path) -> None:
+    # Given a queued no-op item (a one-lane job)
+    item = queued_item(engine, tmp_path, [NOOP])
+    store_items.claim(engine, NOOP, 999_999, 0, "warm-up")  # compile caches and pool warmed
+
+    # When a worker claims it, renews its lease and finishes it through the fence
+    with counting(engine) as claim:
+        lease = store_items.claim(engine, NOOP, item.id, item.fencing_token, "w").lease
+    assert lease is not None
+    with counting(engine) as renew:
+        renewal = store_items.renew(engine, {item.id: lease.token})
+    assert renewal.held == {item.id: None}
+    with counting(engine) as succeed:
+        with fenced(engine, lease.item_id, lease.token, worker="w", what="succeed") as s:
+            store_items.succeed(s, lease, {"ok": True}, "w")
+
+    # Then each stays within its budget, and the work was done
+    assert len(claim.statements) <= CLAIM, f"claim ran {len(claim.statements)} statements:\n{explain(claim)}"
+    assert len(renew.statements) <= RENEW, f"renew ran {len(renew.statements)} statements:\n{explain(renew)}"
+    assert len(succeed.statements) <= SUCCEED_LAST_LANE, (
+        f"fenced succeed ran {len(succeed.statements)} statements:\n{explain(succeed)}"
+    )
+    assert event_counts(engine, "item_succeeded", item.job_id) == {item.id: 1}
+
+
+def test_a_locking_claim_stays_within_its_budget(engine: Engine, tmp_path: Path) -> None:
+    # Given a queued item of a lane that takes an exclusive photo lock
+    item = queued_item(engine, tmp_path, [EXIF])
+    store_items.claim(engine, EXIF, 999_999, 0, "warm-up")
+
+    # When a worker claims it
+    with counting(engine) as claim:
+        lease = store_items.claim(engine, EXIF, item.id, item.fencing_token, "w").lease
+
+    # Then the claim holds the lock and stays within the budget
+    assert lease is not None and lease.holds_locks
+    assert len(claim.statements) <= CLAIM_LOCKED, (
+        f"claim ran {len(claim.statements)} statements:\n{explain(claim)}"
+    )
+
+
+def test_a_stale_succeed_still_writes_nothing_within_the_budget(engine: Engine, tmp_path: Path) -> None:
+    # Given a claimed item whose lease was revoked and claimed again by another worker
+    item = queued_item(engine, tmp_path, [NOOP])
+    old = store_items.claim(engine, NOOP, item.id, item.fencing_token, "w1").lease
+    assert old is not None
+    with Session(engine) as s, s.begin():
+        s.execute(
+            Item.__table__.update()
+            .where(Item.id == item.id)
+            .values(state="queued", fencing_token=old.token + 1)
+        )
+    new = store_items.claim(engine, NOOP, item.id, old.token + 1, "w2").lease
+    assert new is not None
+
+    # When the old holder's fenced succeed runs
+    from store.errors import StaleLease
+
+    try:
+        with fenced(engine, old.item_id, old.token, worker="w1", what="succeed") as s:
+            store_items.succeed(s, old, {"ok": True}, "w1")
+    except StaleLease:
+        refused = True
+    else:
+        refused = False
+
+    # Then it is refused, the item is still the new holder's and no success was recorded
+    assert refused
+    with Session(engine) as s:
+        row = s.execute(select(Item.state, Item.fencing_token).where(Item.id == item.id)).one()
+    assert tuple(row) == ("running", new.token)
+    assert event_counts(engine, "item_succeeded", item.job_id) == {}
+    assert event_counts(engine, "stale_commit_rejected", item.job_id) == {item.id: 1}
+
+
+def test_a_middle_lane_succeed_makes_the_next_lane_ready(engine: Engine, tmp_path: Path) -> None:
+    # Given a two-lane job whose first item is claimed
+    item = queued_item(engine, tmp_path, [ANALYSIS, NOOP])
+    lease = store_items.claim(engine, ANALYSIS, item.id, item.fencing_token, "w").lease
+    assert lease is not None
+    # When it succeeds through the fence
+    with fenced(engine, lease.item_id, lease.token, worker="w", what="succeed") as s:
+        store_items.succeed(s, lease, None, "w")
+    # Then the photo's next-lane item is pending, with its item_ready event
+    with Session(engine) as s:
+        nxt = s.execute(select(Item).where(Item.job_id == item.job_id, Item.position == 1)).scalar_one()
+    assert nxt.state == "pending"
+    assert event_counts(engine, "item_ready", item.job_id) == {nxt.id: 1}
