@@ -24,13 +24,13 @@ from dramatiq.middleware import Middleware, SkipMessage
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from photojobs.lanes import ACTOR_PREFIX, LaneSpec
 from photos.errors import PhotoError
 from store import items as store_items
 from store.dispatch import take_for_dispatch
 from store.errors import DETERMINISTIC, UNAVAILABLE, StaleLease, classify_store_error, error_text
 from store.events import emit
 from store.fencing import fenced
+from store.lanes import ACTOR_PREFIX, LaneSpec
 
 from .context import STOP_LOST, STOP_SHUTDOWN, ItemContext, Stopped, peek_current, set_current
 from .heartbeat import Heartbeat, heartbeat_interval_for

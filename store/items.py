@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Engine, Select, and_, delete, insert, literal, select, tuple_, update
 from sqlalchemy.orm import Session
 
-from photojobs.lanes import EXCLUSIVE, NO_LOCK, LaneSpec
+from store.lanes import EXCLUSIVE, NO_LOCK, LaneSpec
 
 from .clock import db_now
 from .engine import reader

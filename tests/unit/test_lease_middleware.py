@@ -17,11 +17,11 @@ from sqlalchemy.orm import Session
 from middleware.context import ItemContext, current
 from middleware.lease import LeaseMiddleware
 from photojobs.broker import lane_message
-from photojobs.lanes import lane_spec
 from photos.errors import UnreadableImage
 from store import jobs as store_jobs
 from store.dispatch import take_for_dispatch
 from store.engine import make_engine
+from store.lanes import lane_spec
 from store.models import Event, Item
 from store.schema import upgrade
 
