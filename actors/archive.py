@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from middleware import failpoints
 from middleware.context import ItemContext
-from photojobs import failpoints
 from photos import fileops
 from photos.archive import archive_relpath, build_bundle, verify_bundle
 from photos.errors import PhotoError

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from middleware.context import ItemContext
-from photojobs.params import lane_params
 from photos.analyze import analyze
 from photos.errors import PhotoError
+from photos.params import lane_params
 from store.intents import photo_facts
 
 

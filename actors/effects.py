@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from middleware import failpoints
 from middleware.context import ItemContext
-from photojobs import failpoints
 from photos import fileops, recovery
 from photos.errors import PhotoError
 from store import intents as store_intents

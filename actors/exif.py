@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from middleware import failpoints
 from middleware.context import ItemContext
-from photojobs import failpoints
 from photos import fileops
 from photos.exif import ExifEdit, write_metadata
 

@@ -8,8 +8,8 @@ from typing import Any
 import dramatiq
 
 from middleware.context import ItemContext, Stopped, current
-from photojobs.lanes import lane_spec
 from photos.errors import PhotoError
+from store.lanes import lane_spec
 
 
 def lane_actor(name: str) -> Callable[[Callable[[ItemContext], Any]], dramatiq.Actor]:

@@ -13,8 +13,8 @@ import signal
 import time
 from typing import Any
 
+from middleware import failpoints
 from middleware.context import ItemContext
-from photojobs import failpoints
 
 from .lane import lane_actor
 

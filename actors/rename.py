@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from middleware.context import ItemContext
-from photojobs.params import DEFAULT_RENAME_PATTERN
+from photos.params import DEFAULT_RENAME_PATTERN
 from photos.rename import render
 
 from .common import facts_for, fallback_time, params, photo_path, photo_root

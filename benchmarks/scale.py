@@ -50,9 +50,9 @@ class _Table:
 
     def __init__(self, ctx: BenchContext, store: str, n: int) -> None:
         from photojobs.broker import RedisPublisher, build_broker
-        from photojobs.lanes import all_lanes
         from store import scale
         from store.engine import make_engine
+        from store.lanes import all_lanes
 
         self.ctx, self.n = ctx, n
         self.url = ctx.dbs.create(store, "scale")

@@ -11,9 +11,9 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from photojobs.lanes import LaneSpec
 from store.fencing import FencedSession, fenced
 from store.items import Lease, save_checkpoint
+from store.lanes import LaneSpec
 
 # Why a running item was asked to stop.
 STOP_CANCEL = "cancel"

@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterable, Mapping
 
 from sqlalchemy import Engine
 
-from photojobs.lanes import LaneSpec
 from store.errors import ConfigError
 from store.items import renew
+from store.lanes import LaneSpec
 
 from .context import STOP_CANCEL, STOP_LOST, STOP_PAUSE, ItemContext
 

@@ -24,13 +24,12 @@ from dramatiq.middleware import Middleware, SkipMessage
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from photojobs.lanes import ACTOR_PREFIX, LaneSpec
-from photos.errors import PhotoError
 from store import items as store_items
 from store.dispatch import take_for_dispatch
 from store.errors import DETERMINISTIC, UNAVAILABLE, StaleLease, classify_store_error, error_text
 from store.events import emit
 from store.fencing import fenced
+from store.lanes import ACTOR_PREFIX, LaneSpec
 
 from .context import STOP_LOST, STOP_SHUTDOWN, ItemContext, Stopped, peek_current, set_current
 from .heartbeat import Heartbeat, heartbeat_interval_for
@@ -206,7 +205,8 @@ class LeaseMiddleware(Middleware):
             return
         set_current(None)
         self.heartbeat.remove(ctx.item_id)
-        self.finish(ctx, ctx.result, exception)
+        throws = broker.get_actor(message.actor_name).options.get("throws") or ()
+        self.finish(ctx, ctx.result, exception, throws=throws)
         self.top_up(broker, ctx)
 
     def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:
@@ -216,7 +216,16 @@ class LeaseMiddleware(Middleware):
             self.heartbeat.remove(ctx.item_id)
 
     # -- finishing ----------------------------------------------------------------
-    def finish(self, ctx: ItemContext, result: Any, exception: BaseException | None) -> None:
+    def finish(
+        self,
+        ctx: ItemContext,
+        result: Any,
+        exception: BaseException | None,
+        *,
+        throws: type[BaseException] | tuple[type[BaseException], ...] = (),
+    ) -> None:
+        """Commit the item's outcome through the fence; an exception the actor declares in its
+        ``throws`` option (a bad photo) fails the item at once, any other is retried."""
         lease, spec = ctx.lease, ctx.spec
         try:
             if exception is None:
@@ -229,7 +238,7 @@ class LeaseMiddleware(Middleware):
                 with fenced(self.engine, lease.item_id, lease.token, worker=self.worker, what="stop") as s:
                     store_items.stop(s, lease, self.worker, str(exception))
                 return
-            permanent = isinstance(exception, PhotoError)
+            permanent = isinstance(exception, throws)
             error = str(exception) if permanent else f"{type(exception).__name__}: {exception}"
             with fenced(self.engine, lease.item_id, lease.token, worker=self.worker, what="fail") as s:
                 store_items.fail(s, spec, lease, error, self.worker, retry=not permanent)

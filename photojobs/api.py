@@ -15,10 +15,9 @@ from typing import Any
 from sqlalchemy import Engine
 
 from photojobs.config import Settings
-from photojobs.lanes import all_lanes, parse_lanes
-from photojobs.params import validate_params
 from photojobs.roots import OutsideRoots, check_found, confine
 from photos.errors import InvalidParameter
+from photos.params import validate_params
 from store import events as store_events
 from store import jobs as store_jobs
 from store import listing as store_listing
@@ -26,6 +25,7 @@ from store import retention as store_retention
 from store import retry as store_retry
 from store.engine import make_engine
 from store.errors import BacklogFull, NotApplicable, SubmissionError, UnknownJob
+from store.lanes import all_lanes, parse_lanes
 from store.schema import upgrade
 
 __all__ = [

@@ -16,8 +16,8 @@ from dramatiq.errors import DecodeError
 from dramatiq.message import Message
 from dramatiq.middleware import CurrentMessage, TimeLimit
 
-from photojobs.lanes import LaneSpec, all_lanes
 from store.dispatch import Publish
+from store.lanes import LaneSpec, all_lanes
 
 NAMESPACE = "dramatiq"
 PREFETCHED_GRACE = 10.0

@@ -17,10 +17,10 @@ import click
 from photojobs.cli_support import worker_command, worker_env
 from photojobs.config import Settings, masked, service_error
 from photojobs.errors import EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE, ConfigError, ServiceUnavailable
-from photojobs.lanes import LANE_NAMES, parse_lanes
-from photojobs.params import parse_param_pairs
 from photos.errors import InvalidParameter
+from photos.params import parse_param_pairs
 from store.errors import BacklogFull, StoreError, SubmissionError, UnknownJob
+from store.lanes import LANE_NAMES, parse_lanes
 
 _DEBUG = {"on": False}
 

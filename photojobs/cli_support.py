@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from photojobs.lanes import all_lanes
+from store.lanes import all_lanes
 
 
 def worker_command(lanes: list[str], threads: int, watch: str | None = None) -> list[str]:

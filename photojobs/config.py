@@ -140,7 +140,7 @@ class Settings:
         """Lease TTLs positive, an explicit heartbeat interval below half of every lane's TTL
         (``store.errors.ConfigError`` naming the variable otherwise)."""
         from middleware.heartbeat import check_heartbeat
-        from photojobs.lanes import all_lanes
+        from store.lanes import all_lanes
 
         check_heartbeat(all_lanes(self.env), self.heartbeat_explicit, self.env)
 
@@ -148,8 +148,8 @@ class Settings:
     def from_env(cls, env: dict[str, str] | None = None, state_dir: Path | None = None) -> Settings:
         """The settings, every one checked (:class:`ConfigError` names the first bad one),
         including the per-lane ``PHOTOJOBS_LANE_<LANE>_<FIELD>`` overrides."""
-        from photojobs.lanes import all_lanes
         from store.engine import database_url
+        from store.lanes import all_lanes
 
         env = dict(os.environ) if env is None else env
         ttl = _float(env, "PHOTOJOBS_LEASE_TTL", 10.0)

@@ -1,6 +1,6 @@
 """Errors every floor may raise for the operator: a bad setting, a service out of reach.
 
-Nearly dependency-free (like :mod:`photojobs.lanes`, which middleware/ already imports): the
+Nearly dependency-free (``ConfigError`` itself lives in :mod:`store.errors`, below every floor): the
 command maps them to one line and an exit status (README "Exit statuses"), so a mistake in the
 environment never ends in a traceback.
 """

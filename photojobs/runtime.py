@@ -13,9 +13,9 @@ from middleware.heartbeat import check_heartbeat
 from middleware.lease import LeaseMiddleware
 from photojobs.broker import RedisPublisher, build_broker
 from photojobs.config import Settings
-from photojobs.lanes import all_lanes
 from photojobs.quiet import install as quiet_logging
 from store.engine import make_engine
+from store.lanes import all_lanes
 
 log = logging.getLogger("photojobs")
 

@@ -8,10 +8,10 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from photojobs.broker import RedisPublisher, build_broker
 from photojobs.config import Settings, describe_outage
-from photojobs.lanes import all_lanes
 from photojobs.quiet import install as quiet_logging
 from photojobs.quiet import next_retry_text
 from store.engine import make_engine
+from store.lanes import all_lanes
 from store.sweeper import SweepReport, sweep_once
 
 log = logging.getLogger("photojobs.sweeper")

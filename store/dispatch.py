@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Engine, Select, and_, func, literal, select, text, tuple_, update
 from sqlalchemy.orm import Session
 
-from photojobs.lanes import LaneSpec
+from store.lanes import LaneSpec
 
 from .clock import db_now
 from .engine import reader

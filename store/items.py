@@ -20,12 +20,11 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, Select, and_, delete, literal, select, tuple_, update
 from sqlalchemy.orm import Session
 
-from photojobs.lanes import NO_LOCK, LaneSpec
-
 from .clock import db_now
 from .engine import reader
 from .errors import StaleLease
 from .events import emit, emit_many
+from .lanes import NO_LOCK, LaneSpec
 from .models import (
     CANCEL,
     CANCELLED,

@@ -13,7 +13,7 @@ from sqlalchemy import Engine, func, insert, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from photojobs.lanes import LaneSpec
+from store.lanes import LaneSpec
 
 from .clock import db_now
 from .engine import reader

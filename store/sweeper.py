@@ -16,7 +16,7 @@ from typing import Protocol
 from sqlalchemy import Engine, Select, select, update
 from sqlalchemy.orm import Session
 
-from photojobs.lanes import LaneSpec
+from store.lanes import LaneSpec
 
 from .clock import db_now
 from .dispatch import Publish, mark_republished, stale_queued, take_for_dispatch

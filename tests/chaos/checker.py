@@ -37,9 +37,9 @@ from typing import Any
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from photojobs.lanes import EXCLUSIVE, LANE_NAMES, NO_LOCK, lane_spec
 from store.events import EventRecord, read_events
 from store.jobs import job_status
+from store.lanes import EXCLUSIVE, LANE_NAMES, NO_LOCK, lane_spec
 from store.models import Event, Item, Job, PhotoLock
 
 # Item states (as in store.models; spelled out so hand-made histories read plainly).

@@ -1,6 +1,6 @@
 """The ``actors`` broker module with failpoints armed on a random fraction of their hits (test only).
 
-``photojobs.failpoints.hit`` fires on *every* hit of a named boundary, so a worker started with
+``middleware.failpoints.hit`` fires on *every* hit of a named boundary, so a worker started with
 ``PHOTOJOBS_FAILPOINTS`` dies at its first item. The photo chaos run starts some workers as
 ``dramatiq tests.chaos.failpoint_actors`` instead of ``dramatiq actors``: the same broker, lanes and
 middleware, but each hit of an armed boundary fires only with probability
@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import random
 
-from photojobs import failpoints
+from middleware import failpoints
 
 _real_hit = failpoints.hit
 _rate = float(os.environ.get("PHOTOJOBS_CHAOS_FAILPOINT_RATE", "0") or 0)

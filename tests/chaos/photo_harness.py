@@ -37,10 +37,10 @@ from sqlalchemy.orm import Session
 
 from photojobs.api import Plan
 from photojobs.cli_support import worker_command, worker_env
-from photojobs.lanes import PHOTO_LANES
-from photojobs.params import validate_params
+from photos.params import validate_params
 from photos.samples import generate_samples, make_png
 from store.jobs import PhotoInput
+from store.lanes import PHOTO_LANES
 from store.models import Item, Photo
 from tests.chaos.checker import SETTLED_JOB_STATES
 from tests.chaos.harness import PLAIN, ChaosJob, ChaosRun, EventTail, Worker

@@ -8,12 +8,12 @@ from pathlib import Path
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
 
-from photojobs.lanes import lane_spec
 from store import items as store_items
 from store import jobs as store_jobs
 from store.dispatch import take_for_dispatch
 from store.events import assign_cursors
 from store.fencing import fenced
+from store.lanes import lane_spec
 from store.models import Event, Item
 from tests.chaos.checker import StoredLock, check, check_cursors, check_history
 from tests.chaos.history import History, snapshot

@@ -18,7 +18,6 @@ from sqlalchemy.orm import Session
 
 from middleware.context import ItemContext, Stopped
 from middleware.lease import LeaseMiddleware
-from photojobs.lanes import all_lanes, lane_spec
 from store import items as store_items
 from store import jobs as store_jobs
 from store.dispatch import take_for_dispatch
@@ -26,6 +25,7 @@ from store.engine import make_engine
 from store.errors import StaleLease
 from store.events import emit
 from store.fencing import fenced
+from store.lanes import all_lanes, lane_spec
 from store.models import CANCEL, CANCELLED, PAUSE, PAUSED, PENDING, QUEUED, WAITING, Item
 from store.sweeper import revoke_expired
 from tests.chaos.checker import check

@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.orm import Session
 
-from photojobs.lanes import lane_spec
 from photos.samples import generate_samples
 from store import jobs as store_jobs
+from store.lanes import lane_spec
 from store.models import Intent, Item, Photo
 from tests.chaos.photo_harness import minimums
 from tests.chaos.photo_model import check_files, take_baseline

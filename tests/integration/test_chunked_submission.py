@@ -8,12 +8,12 @@ import pytest
 from sqlalchemy import Engine, event, func, select
 from sqlalchemy.orm import Session
 
-from photojobs.lanes import lane_spec
 from store import items as store_items
 from store import jobs as store_jobs
 from store.dispatch import take_for_dispatch
 from store.errors import BacklogFull
 from store.events import read_events
+from store.lanes import lane_spec
 from store.models import Item, Job
 from tests.chaos.checker import analyse, check
 

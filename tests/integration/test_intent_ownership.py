@@ -10,12 +10,12 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from photojobs.lanes import lane_spec
 from photos import fileops
 from store import intents as store_intents
 from store import items as store_items
 from store import jobs as store_jobs
 from store.fencing import fenced
+from store.lanes import lane_spec
 from store.models import Intent, Item, Photo, PhotoLock
 from store.sweeper import revoke_expired
 from tests.support import wait_for

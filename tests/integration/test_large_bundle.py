@@ -9,11 +9,11 @@ from pathlib import Path
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from photojobs.lanes import EXCLUSIVE, lane_spec
 from store import items as store_items
 from store import jobs as store_jobs
 from store.dispatch import take_for_dispatch
 from store.fencing import fenced
+from store.lanes import EXCLUSIVE, lane_spec
 from store.models import PhotoLock
 
 PHOTOS = 70_000

@@ -10,13 +10,13 @@ import pytest
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
-from photojobs.lanes import lane_spec
 from store import items as store_items
 from store import jobs as store_jobs
 from store.dispatch import take_for_dispatch
 from store.errors import StaleLease
 from store.events import read_events
 from store.fencing import fenced
+from store.lanes import lane_spec
 from store.models import Item
 from store.sweeper import revoke_expired
 from tests.support import event_counts, wait_for

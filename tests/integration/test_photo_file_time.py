@@ -11,9 +11,9 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 
-from photojobs.lanes import lane_spec
 from store import jobs as store_jobs
 from store.intents import photo_facts
+from store.lanes import lane_spec
 from store.models import Base, Photo
 from store.schema import alembic_config, current_revision, head_revision, upgrade
 

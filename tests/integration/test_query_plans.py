@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine
 
-from photojobs.lanes import lane_spec
 from store import scale
 from store.dispatch import take_for_dispatch
+from store.lanes import lane_spec
 
 NOOP = lane_spec("noop", env={})
 

@@ -16,7 +16,6 @@ import pytest
 from sqlalchemy import Engine, event, select, update
 from sqlalchemy.orm import Session
 
-from photojobs.lanes import lane_spec
 from store import items as store_items
 from store import jobs as store_jobs
 from store.dispatch import take_for_dispatch
@@ -24,6 +23,7 @@ from store.engine import make_engine
 from store.errors import StaleLease
 from store.events import emit
 from store.fencing import FencedSession, fenced
+from store.lanes import lane_spec
 from store.models import Event, Item, Photo
 from store.sweeper import revoke_expired
 

@@ -8,9 +8,9 @@ import pytest
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
-from photojobs.lanes import all_lanes
 from store import jobs as store_jobs
 from store.events import read_events
+from store.lanes import all_lanes
 from store.models import Item, Job
 from store.retention import prune
 from store.retry import NothingToRetry, retry

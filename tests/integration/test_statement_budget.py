@@ -14,11 +14,11 @@ from pathlib import Path
 from sqlalchemy import Engine, event, select
 from sqlalchemy.orm import Session
 
-from photojobs.lanes import lane_spec
 from store import items as store_items
 from store import jobs as store_jobs
 from store.dispatch import take_for_dispatch
 from store.fencing import fenced
+from store.lanes import lane_spec
 from store.models import Item
 from tests.support import event_counts
 

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from photojobs.api import Client
 from photojobs.broker import build_broker, lane_message
 from photojobs.config import Settings
-from photojobs.lanes import all_lanes
+from store.lanes import all_lanes
 from store.models import Event
 from tests.support import Fleet, event_counts, items_of, job_done, make_files, wait_for
 

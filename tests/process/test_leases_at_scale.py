@@ -11,9 +11,9 @@ from sqlalchemy import Engine
 
 from photojobs.api import Client
 from photojobs.config import Settings
-from photojobs.lanes import lane_spec
 from store import jobs as store_jobs
 from store.engine import make_engine
+from store.lanes import lane_spec
 from store.schema import upgrade
 from tests.conftest import _worker_env
 from tests.support import Fleet, event_counts, items_of, job_done, make_files, wait_for

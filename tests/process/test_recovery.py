@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session
 from photojobs.api import Client
 from photojobs.broker import RedisPublisher, build_broker
 from photojobs.config import Settings
-from photojobs.lanes import all_lanes
 from store.dispatch import take_for_dispatch
+from store.lanes import all_lanes
 from store.models import Event, Item
 from tests.support import Fleet, event_counts, items_of, job_done, make_files, pid_of_owner, wait_for
 

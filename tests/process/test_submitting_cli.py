@@ -10,8 +10,8 @@ import sys
 import pytest
 from sqlalchemy import Engine
 
-from photojobs.lanes import lane_spec
 from store import jobs as store_jobs
+from store.lanes import lane_spec
 from tests.support import ROOT
 
 

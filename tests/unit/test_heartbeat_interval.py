@@ -12,9 +12,9 @@ from dramatiq.brokers.stub import StubBroker
 from middleware.heartbeat import check_heartbeat, heartbeat_interval_for
 from middleware.lease import LeaseMiddleware
 from photojobs.config import Settings
-from photojobs.lanes import all_lanes
 from store.engine import make_engine
 from store.errors import ConfigError
+from store.lanes import all_lanes
 
 
 def test_interval_is_a_quarter_of_the_shortest_ttl_served() -> None:

@@ -14,14 +14,14 @@ from dramatiq.brokers.stub import StubBroker
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
-from middleware.context import ItemContext, current
+from middleware.context import ItemContext, Stopped, current
 from middleware.lease import LeaseMiddleware
 from photojobs.broker import lane_message
-from photojobs.lanes import lane_spec
-from photos.errors import UnreadableImage
+from photos.errors import PhotoError, UnreadableImage
 from store import jobs as store_jobs
 from store.dispatch import take_for_dispatch
 from store.engine import make_engine
+from store.lanes import lane_spec
 from store.models import Event, Item
 from store.schema import upgrade
 
@@ -39,7 +39,9 @@ def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
 class Harness:
     """A StubBroker with the lease middleware and one noop-lane actor whose body the test sets."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(
+        self, engine: Engine, throws: tuple[type[BaseException], ...] = (PhotoError, Stopped)
+    ) -> None:
         self.engine = engine
         self.broker = StubBroker(middleware=[])
         self.lease = LeaseMiddleware({"noop": SPEC}, engine_factory=lambda: engine, heartbeat_interval=60)
@@ -52,7 +54,10 @@ class Harness:
             ctx = current()
             ctx.result = self.body(ctx)
 
-        dramatiq.actor(lane_noop, actor_name=SPEC.actor, queue_name=SPEC.queue, broker=self.broker)
+        # Declared as actors.lane.lane_actor declares a lane's actor: its ``throws`` fail an item at once.
+        dramatiq.actor(
+            lane_noop, actor_name=SPEC.actor, queue_name=SPEC.queue, broker=self.broker, throws=throws
+        )
         self.broker.emit_after("process_boot")
         self.worker = dramatiq.Worker(self.broker, worker_timeout=50, worker_threads=1)
         self.worker.start()
@@ -214,3 +219,28 @@ def test_bad_photo_fails_at_once_without_retry(harness: Harness) -> None:
     # Then the item fails once, with the file and the reason, and is not retried
     row = harness.item(item)
     assert row.state == "failed" and row.attempt == 1 and row.error == "/photos/p0.jpg: truncated JPEG"
+
+
+def test_the_actors_throws_decide_which_errors_fail_at_once(sqlite_engine: Engine) -> None:
+    # Given a lane actor that declares ZeroDivisionError (not PhotoError) in its Dramatiq ``throws``
+    h = Harness(sqlite_engine, throws=(ZeroDivisionError, Stopped))
+    try:
+        divides, photo = h.submit(2)
+
+        def body(ctx: ItemContext) -> None:
+            if ctx.item_id == divides:
+                raise ZeroDivisionError("division by zero")
+            raise UnreadableImage("/photos/p1.jpg", "truncated JPEG")
+
+        h.body = body
+        # When both items run once
+        for pub in take_for_dispatch(h.engine, SPEC):
+            h.deliver(pub.item_id, pub.token)
+        # Then the declared error failed its item for good, without retry and with its bare message,
+        # while the undeclared PhotoError is retried like any other error
+        first, second = h.item(divides), h.item(photo)
+        assert first.state == "failed" and first.attempt == 1 and first.error == "division by zero"
+        assert second.state == "pending" and second.attempt == 1
+        assert second.error == "UnreadableImage: /photos/p1.jpg: truncated JPEG"
+    finally:
+        h.close()

@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 
 from middleware.heartbeat import Heartbeat
 from middleware.lease import LeaseMiddleware
-from photojobs.lanes import all_lanes
 from store.engine import make_engine
+from store.lanes import all_lanes
 from store.models import Worker
 from store.schema import upgrade
 from tests.support import wait_for

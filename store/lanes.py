@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from photojobs.errors import ConfigError
+from store.errors import ConfigError
 
 SHARED = "S"
 EXCLUSIVE = "X"
