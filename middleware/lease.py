@@ -31,8 +31,10 @@ from store.events import emit
 from store.fencing import fenced
 from store.lanes import ACTOR_PREFIX, LaneSpec
 
+from . import failpoints
 from .context import STOP_LOST, STOP_SHUTDOWN, ItemContext, Stopped, peek_current, set_current
 from .heartbeat import Heartbeat, heartbeat_interval_for
+from .locks import LockMiddleware
 from .presence import Presence
 
 log = logging.getLogger("photojobs.lease")
@@ -57,9 +59,13 @@ class LeaseMiddleware(Middleware):
         *,
         heartbeat_interval: float | None = None,
         publisher_factory: Any | None = None,
+        locks: LockMiddleware | None = None,
     ) -> None:
         """``heartbeat_interval``: ``PHOTOJOBS_HEARTBEAT_INTERVAL`` if set; None derives it from the
-        shortest lease TTL of the lanes this worker serves (``heartbeat_interval_for``)."""
+        shortest lease TTL of the lanes this worker serves (``heartbeat_interval_for``).
+        ``locks``: the broker's ``LockMiddleware``, whose lock request each claim carries out in its
+        own transaction (without one, each lane's declared lock mode is used)."""
+        self.locks = locks
         self.specs = specs
         self.by_actor = {s.actor: s for s in specs.values()}
         self.engine_factory = engine_factory
@@ -102,6 +108,7 @@ class LeaseMiddleware(Middleware):
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         """Beat often enough for the shortest lease TTL among the lanes this worker consumes."""
+        failpoints.hit("worker.boot")  # tests: a worker process that dies while booting
         queues = getattr(worker, "consumer_whitelist", None)
         served = [s for s in self.specs.values() if not queues or s.queue in queues] or list(
             self.specs.values()
@@ -158,10 +165,16 @@ class LeaseMiddleware(Middleware):
         if reason:
             self._reject(message, reason)
         item_id, token = message.args
+        locks = self.locks.request_for(spec, item_id) if self.locks is not None else store_items.LANE_LOCKS
         try:
-            outcome = store_items.claim(self.engine, spec, item_id, token, self.worker)
+            outcome = store_items.claim(self.engine, spec, item_id, token, self.worker, locks)
         except Exception as exc:  # noqa: BLE001 - judged below: unavailable, transient or deterministic
             self._claim_raised(spec, item_id, token, exc)
+        if self.locks is not None:
+            if outcome.lease is not None:
+                self.locks.claimed(item_id)
+            elif outcome.locked:
+                self.locks.conflicted(item_id)
         if outcome.lease is None:
             if outcome.deferred or outcome.reason.endswith(_STOPPED):
                 # A deferral, or the doorbell of an item its job paused or cancelled: a normal skip.

@@ -11,6 +11,7 @@ from sqlalchemy import Engine
 
 from middleware.heartbeat import check_heartbeat
 from middleware.lease import LeaseMiddleware
+from middleware.locks import LockMiddleware
 from photojobs.broker import RedisPublisher, build_broker
 from photojobs.config import Settings
 from photojobs.quiet import install as quiet_logging
@@ -31,12 +32,14 @@ def setup_worker_broker(settings: Settings | None = None) -> RedisBroker:
     quiet_logging()
     specs = all_lanes(settings.env)
     check_heartbeat(specs, settings.heartbeat_explicit, settings.env)
+    locks = LockMiddleware(specs)
     lease = LeaseMiddleware(
         specs,
         engine_factory=lambda: engine_for(settings.database_url),
         heartbeat_interval=settings.heartbeat_explicit,
         publisher_factory=lambda broker: RedisPublisher(broker, specs),
+        locks=locks,
     )
-    broker = build_broker(settings.redis_url, [lease])
+    broker = build_broker(settings.redis_url, [locks, lease])
     dramatiq.set_broker(broker)
     return broker

@@ -79,6 +79,7 @@ class ClaimOutcome:
     lease: Lease | None
     reason: str  # "claimed", or why the message was skipped / deferred
     deferred: bool = False
+    locked: bool = False  # deferred because a photo was locked by other work
 
 
 def item_photo_ids(s: Session, item: Item) -> tuple[int, ...]:
@@ -225,7 +226,7 @@ def _defer_locked(
             request.retry_after,
             {"reason": "photo locked", "photo": conflict.photo_id, "held_by": conflict.held_by},
         )
-    return ClaimOutcome(None, f"photo {conflict.photo_id} locked by item {conflict.held_by}", True)
+    return ClaimOutcome(None, f"photo {conflict.photo_id} locked by item {conflict.held_by}", True, True)
 
 
 def _not_claimed(
