@@ -24,6 +24,13 @@ def worker_command(lanes: list[str], threads: int, watch: str | None = None) -> 
         str(threads),
         "--queues",
         *queues,
+        # Dramatiq's main process waits up to this long for its worker process to finish booting
+        # before it starts watching it (default 30 s). A worker that dies while booting — or is
+        # killed right after it began taking messages, its boot hooks still running — would go
+        # unnoticed that long and its slot would not be restarted. We fork no extra processes, so
+        # there is nothing to wait for.
+        "--worker-fork-timeout",
+        "10",
         # dramatiq's default pattern "**.py" matches no absolute path under watchdog 7 (full_match)
         *(["--watch", watch, "--watch-include", "**/*.py"] if watch else []),
     ]
