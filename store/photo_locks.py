@@ -6,7 +6,7 @@ and how long a conflicting item waits before it is tried again. The Dramatiq loc
 transaction as the lease, so the item holds its lease and its locks together or neither.
 
 Photos are taken in ascending id order (PostgreSQL row locks on ``photos``; SQLite's write lock
-already serializes every claim), then the photo-lock rows of those photos are read in the same
+already serializes every claim), then the photo-lock rows of those photos are read by the next
 statement: another item's exclusive lock, or any lock when this one is exclusive, is a conflict.
 """
 
@@ -14,11 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from functools import cache
 from typing import TypeVar
 
 from sqlalchemy import Connection, Integer, String, bindparam, column, text
-from sqlalchemy.sql.selectable import TextualSelect
 
 SHARED = "S"
 EXCLUSIVE = "X"
@@ -50,22 +48,14 @@ def chunked(values: Sequence[T], size: int = IN_CHUNK) -> Iterator[Sequence[T]]:
         yield values[start : start + size]
 
 
-@cache
-def _locks_sql(dialect: str) -> TextualSelect:
-    # ORDER BY + FOR UPDATE OF: PostgreSQL locks the photo rows as they leave the sort, i.e. in
-    # ascending id order — the global photo order — and reads their lock rows in the same statement.
-    lock = " FOR UPDATE OF photos" if dialect == "postgresql" else ""
-    return (
-        text(
-            f"""
-            SELECT photos.id AS photo_id, photo_locks.item_id AS item_id, photo_locks.mode AS mode
-            FROM photos LEFT JOIN photo_locks ON photo_locks.photo_id = photos.id
-            WHERE photos.id IN :ids ORDER BY photos.id{lock}
-            """
-        )
-        .bindparams(bindparam("ids", expanding=True))
-        .columns(column("photo_id", Integer), column("item_id", Integer), column("mode", String))
-    )
+_ROW_LOCKS = text("SELECT id FROM photos WHERE id IN :ids ORDER BY id FOR UPDATE").bindparams(
+    bindparam("ids", expanding=True)
+)
+_HELD = (
+    text("SELECT photo_id, item_id, mode FROM photo_locks WHERE photo_id IN :ids")
+    .bindparams(bindparam("ids", expanding=True))
+    .columns(column("photo_id", Integer), column("item_id", Integer), column("mode", String))
+)
 
 
 _DROP_OWN = text("DELETE FROM photo_locks WHERE item_id = :item_id")
@@ -81,12 +71,16 @@ def take(
     conflict, or None with the lock rows written (this item's older rows, kept by its unsettled
     intents, are taken over by the new attempt)."""
     ordered = sorted(set(photo_ids))
+    if conn.dialect.name == "postgresql":
+        # The photo rows first, in ascending order, in a statement of their own: the lock rows must
+        # be read by a *later* statement, whose snapshot includes what a claimer we waited for
+        # committed (read in the same statement, they came from before the wait: two exclusive
+        # holders — found by the photo chaos run). SQLite's BEGIN IMMEDIATE serializes claims.
+        for chunk in chunked(ordered):
+            conn.execute(_ROW_LOCKS, {"ids": list(chunk)}).all()
     own = False
-    statement = _locks_sql(conn.dialect.name)
     for chunk in chunked(ordered):
-        for row in conn.execute(statement, {"ids": list(chunk)}):
-            if row.item_id is None:
-                continue
+        for row in conn.execute(_HELD, {"ids": list(chunk)}):
             if row.item_id == item_id:
                 own = True
             elif request.mode == EXCLUSIVE or row.mode == EXCLUSIVE:

@@ -24,7 +24,7 @@ from store.errors import StaleLease
 from store.events import emit
 from store.fencing import FencedSession, fenced
 from store.lanes import lane_spec
-from store.models import Event, Item, Photo
+from store.models import Event, Item, Photo, PhotoLock
 from store.sweeper import revoke_expired
 
 NOOP = lane_spec("noop", env={})
@@ -256,3 +256,59 @@ def test_cancel_racing_finish_and_sweeper_never_deadlocks(pg_url: str, tmp_path:
             assert status.control == "cancel"
     finally:
         engine.dispose()
+
+
+EXIF = lane_spec("exif", env={})  # exclusive photo locks
+
+
+def _claim_exif_in_child(url: str, item_id: int, barrier: Any, out: Any, name: str) -> None:
+    engine = make_engine(url)
+    try:
+        barrier.wait(60)
+        outcome = store_items.claim(engine, EXIF, item_id, 0, name)
+        out.put((name, item_id, outcome.lease is not None, outcome.reason))
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        out.put((name, item_id, False, f"error: {type(exc).__name__}: {exc}"))
+    finally:
+        engine.dispose()
+
+
+def test_two_processes_claiming_items_of_one_photo_never_both_hold_its_exclusive_lock(
+    db_url: str, engine: Engine, tmp_path: Path
+) -> None:
+    ctx = mp.get_context("fork")
+    photo = store_jobs.PhotoInput(str(tmp_path / "shared.jpg"), 1)
+    winners = []
+    for _round in range(8):
+        # Given two jobs' exif items on one photo, both queued
+        items = []
+        for _ in range(2):
+            job = store_jobs.submit(engine, [EXIF], [photo]).job_id
+            items += _item_ids(engine, job, "exif")
+        take_for_dispatch(engine, EXIF)
+        # When two worker processes claim them at the same instant
+        barrier, out = ctx.Barrier(2), ctx.Queue()
+        procs = [
+            ctx.Process(target=_claim_exif_in_child, args=(db_url, item_id, barrier, out, f"w{k}"))
+            for k, item_id in enumerate(items)
+        ]
+        for p in procs:
+            p.start()
+        results = [out.get(timeout=120) for _ in procs]
+        for p in procs:
+            p.join(60)
+        # Then at most one holds the photo (the other was deferred holding nothing), never both
+        held = [r for r in results if r[2]]
+        assert len(held) <= 1, results
+        assert all(r[2] or "locked by item" in r[3] for r in results), results
+        with Session(engine) as s:
+            holders = (
+                s.execute(select(Item.id).where(Item.id.in_(items), Item.state == "running")).scalars().all()
+            )
+        assert len(holders) == len(held)
+        winners += held
+        # (the holder ends, so the next round's items can take the photo)
+        with Session(engine) as s, s.begin():
+            s.execute(update(Item).where(Item.id.in_(items)).values(state="cancelled"))
+            s.execute(PhotoLock.__table__.delete())
+    assert winners, "no round had a winner: the race did not run"
