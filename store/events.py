@@ -61,9 +61,9 @@ def emit_many(session: Session | Connection, rows: Sequence[dict[str, Any]]) -> 
     """Record many events in the caller's transaction (each row: the keyword arguments of ``emit``)."""
     if not rows:
         return
-    now = session.execute(select(db_now())).scalar_one()
     keys = ("type", "job_id", "item_id", "photo_id", "lane", "attempt", "token", "worker", "detail")
-    session.execute(insert(Event), [{**{k: r.get(k) for k in keys}, "at": now} for r in rows])
+    # The database clock in the statement itself (no SELECT of it first).
+    session.execute(insert(Event).values(at=db_now()), [{k: r.get(k) for k in keys} for r in rows])
 
 
 _ASSIGN_SQL = text(
