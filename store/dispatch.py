@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from typing import Any
 
-from sqlalchemy import Engine, Select, and_, func, literal, select, text, tuple_, update
+from sqlalchemy import Connection, Engine, Select, select, text, update
 from sqlalchemy.orm import Session
 
 from store.lanes import LaneSpec
@@ -20,7 +20,15 @@ from store.lanes import LaneSpec
 from .clock import db_now
 from .engine import reader
 from .events import emit_many
-from .models import PENDING, QUEUED, Item, Job, unindexed_state
+from .models import PENDING, QUEUED, Item
+from .statements import (
+    JOB_DISPATCHABLE,
+    event_sql,
+    mark_queued_sql,
+    next_pending_job_sql,
+    pending_of_job_sql,
+    queued_count_sql,
+)
 
 DISPATCH_LOCK_BASE = 0x64697370000  # "disp" + lane index
 
@@ -38,11 +46,14 @@ class Publish:
         return f"pj-{self.item_id}-{self.token}"
 
 
-def _lane_lock(s: Session, lane: str) -> bool:
-    if s.get_bind().dialect.name != "postgresql":
+def _lane_lock(conn: Connection, lane: str) -> bool:
+    if conn.dialect.name != "postgresql":
         return True  # SQLite: BEGIN IMMEDIATE already serializes
     key = DISPATCH_LOCK_BASE + zlib.crc32(lane.encode())
-    return bool(s.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": key}).scalar_one())
+    return bool(conn.execute(_TRY_LANE_LOCK, {"k": key}).scalar_one())
+
+
+_TRY_LANE_LOCK = text("SELECT pg_try_advisory_xact_lock(:k)")
 
 
 # Per lane, the last job served first by this process's dispatcher: the next call starts after it,
@@ -51,52 +62,16 @@ _last_first_job: dict[str, int] = {}
 JOB_SCAN_EXTRA = 64  # jobs passed over (paused, cancelled, submitting) before a call gives up looking
 
 
-def next_pending_job(lane: str, after: int, dialect: str) -> Select[tuple[str, str, int]]:
-    """The first (lane, state, job) after (``lane``, pending, ``after``) in ``ix_items_dispatch``
-    (lane, state, job_id, id): one seek, however many items are pending. It is the next job with a
-    pending item in ``lane`` when its lane and state are still ``lane`` and pending.
-
-    On PostgreSQL a row-value comparison ordered like the index, so that the planner cannot prefer
-    an index that starts with ``job_id`` (it would walk every item of the older jobs); on SQLite,
-    whose row-value ranges are slow, the plain equality-and-range form of the same seek."""
-    if dialect == "postgresql":
-        key = tuple_(Item.lane, Item.state, Item.job_id)
-        where = key > tuple_(literal(lane), literal(PENDING), literal(after))
-    else:
-        where = and_(Item.lane == lane, Item.state == PENDING, Item.job_id > after)
-    return (
-        select(Item.lane, Item.state, Item.job_id)
-        .where(where)
-        .order_by(Item.lane, Item.state, Item.job_id)
-        .limit(1)
-    )
-
-
-def pending_of_job(lane: str, job_id: int, now: Any, limit: int) -> Select[Any]:
-    """A job's oldest ready items in ``lane`` (a range of ``ix_items_dispatch``)."""
-    return (
-        select(Item.id, Item.fencing_token, Item.job_id, Item.photo_id)
-        .where(Item.lane == lane, Item.state == PENDING, Item.job_id == job_id, Item.not_before <= now)
-        .order_by(Item.id)
-        .limit(limit)
-    )
-
-
-def queued_count(lane: str) -> Select[tuple[int]]:
-    """Messages the lane has in Redis (a range of ``ix_items_dispatch``; at most the bound)."""
-    return select(func.count()).select_from(Item).where(Item.lane == lane, Item.state == QUEUED)
-
-
-def _jobs_with_pending(s: Session, lane: str, want: int) -> list[int]:
+def _jobs_with_pending(conn: Connection, lane: str, want: int) -> list[int]:
     """Up to ``want`` dispatchable job ids with pending items, starting after the last one served,
     wrapping around. Each step is an index seek, so the cost follows the jobs looked at, not the
     number of pending items (a ``DISTINCT job_id`` over them read every one)."""
     start = _last_first_job.get(lane, 0)
-    dialect = s.get_bind().dialect.name
+    next_job = next_pending_job_sql(conn.dialect.name)
     found: list[int] = []
     after, wrapped, looked = start, False, 0
     while len(found) < want and looked < want + JOB_SCAN_EXTRA:
-        row = s.execute(next_pending_job(lane, after, dialect)).first()
+        row = conn.execute(next_job, {"lane": lane, "after": after}).first()
         job_id = row.job_id if row is not None and row.lane == lane and row.state == PENDING else None
         if job_id is None:
             if wrapped or start == 0:
@@ -107,61 +82,57 @@ def _jobs_with_pending(s: Session, lane: str, want: int) -> list[int]:
             break
         looked += 1
         after = job_id
-        row = s.execute(select(Job.control, Job.submitting).where(Job.id == job_id)).one()
-        if row.control is None and not row.submitting:
+        job = conn.execute(JOB_DISPATCHABLE, {"job_id": job_id}).one()
+        if job.control is None and not job.submitting:
             found.append(job_id)
     return found
-
-
-def mark_queued(item_ids: list[int], now: float) -> Any:
-    """The picked items, still pending, become queued: by primary key (``unindexed_state`` keeps
-    SQLite from reading every pending item through an index on ``state`` instead)."""
-    return (
-        update(Item)
-        .where(Item.id.in_(item_ids), unindexed_state(PENDING))
-        .values(state=QUEUED, queued_at=now, updated_at=now)
-        .returning(Item.id)
-    )
 
 
 def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = None) -> list[Publish]:
     """Move up to (bound - queued) ready items of the lane to ``queued``; round-robin over jobs.
 
-    Jobs that are paused, cancelled or still being submitted are passed over.
+    Jobs that are paused, cancelled or still being submitted are passed over. The statements are
+    the prebuilt ones of ``store.statements`` (no expression building per call).
     """
     bound = spec.effective_bound if bound is None else bound
-    with Session(engine) as s, s.begin():
-        if not _lane_lock(s, spec.name):
+    lane = spec.name
+    with engine.begin() as conn:
+        dialect = conn.dialect.name
+        if not _lane_lock(conn, lane):
             return []  # another dispatcher of this lane is at work right now
-        room = bound - s.execute(queued_count(spec.name)).scalar_one()
+        room = bound - conn.execute(queued_count_sql(dialect), {"lane": lane}).scalar_one()
         if room <= 0:
             return []
-        now = s.execute(select(db_now())).scalar_one()
-        job_ids = _jobs_with_pending(s, spec.name, room)
+        job_ids = _jobs_with_pending(conn, lane, room)
         if not job_ids:
             return []
-        _last_first_job[spec.name] = job_ids[0]
-        per_job = [s.execute(pending_of_job(spec.name, j, now, room)).all() for j in job_ids]
+        _last_first_job[lane] = job_ids[0]
+        ready = pending_of_job_sql(dialect)
+        per_job = [conn.execute(ready, {"lane": lane, "job_id": j, "limit": room}).all() for j in job_ids]
         picked = [r for group in zip_longest(*per_job) for r in group if r is not None][:room]
         if not picked:
             return []
-        queued_ids = set(s.execute(mark_queued([r.id for r in picked], now)).scalars())
+        queued_ids = set(conn.execute(mark_queued_sql(dialect), {"ids": [r.id for r in picked]}).scalars())
         picked = [r for r in picked if r.id in queued_ids]  # a concurrent pause/cancel took the others
-        emit_many(
-            s,
-            [
-                {
-                    "type": "item_queued",
-                    "job_id": r.job_id,
-                    "item_id": r.id,
-                    "photo_id": r.photo_id,
-                    "lane": spec.name,
-                    "token": r.fencing_token,
-                }
-                for r in picked
-            ],
-        )
-    return [Publish(r.id, r.fencing_token, spec.name) for r in picked]
+        if picked:
+            conn.execute(
+                event_sql(dialect),
+                [
+                    {
+                        "type": "item_queued",
+                        "job_id": r.job_id,
+                        "item_id": r.id,
+                        "photo_id": r.photo_id,
+                        "lane": lane,
+                        "attempt": None,
+                        "token": r.fencing_token,
+                        "worker": None,
+                        "detail": None,
+                    }
+                    for r in picked
+                ],
+            )
+    return [Publish(r.id, r.fencing_token, lane) for r in picked]
 
 
 def stale_queued_query(older_than: float, limit: int) -> Select[Any]:

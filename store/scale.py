@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from sqlalchemy import Engine, Executable, insert, select, text, update
 from sqlalchemy.orm import Session
 
-from .dispatch import mark_queued, next_pending_job, pending_of_job, queued_count, stale_queued_query
+from .dispatch import stale_queued_query
 from .items import successors_query, unfinished_in_lane
 from .models import PENDING, QUEUED, SUCCEEDED, WAITING, Item, Job, unindexed_state
+from .statements import mark_queued_sql, next_pending_job_sql, pending_of_job_sql, queued_count_sql
 from .sweeper import expired_leases
 
 
@@ -106,10 +107,13 @@ def hot_paths(dialect: str, lane: str = "noop", job_id: int = 1) -> dict[str, Ex
     parameters: a few item / photo ids)."""
     ids = [1, 2, 3]
     return {
-        "dispatch: next job with pending items": next_pending_job(lane, 0, dialect),
-        "dispatch: a job's ready items": pending_of_job(lane, job_id, 0.0, 16),
-        "dispatch: queued count": queued_count(lane),
-        "dispatch: mark queued": mark_queued(ids, 0.0),
+        # The dispatcher's prebuilt statements (store.statements), with example parameters.
+        "dispatch: next job with pending items": next_pending_job_sql(dialect).bindparams(lane=lane, after=0),
+        "dispatch: a job's ready items": pending_of_job_sql(dialect).bindparams(
+            lane=lane, job_id=job_id, limit=16
+        ),
+        "dispatch: queued count": queued_count_sql(dialect).bindparams(lane=lane),
+        "dispatch: mark queued": mark_queued_sql(dialect).bindparams(ids=ids),
         "sweep: expired leases": expired_leases(500),
         "sweep: stale queued items": stale_queued_query(2.0, 1000),
         "finish: next lane's items of the photos": successors_query(job_id, 0, ids),

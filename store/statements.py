@@ -128,3 +128,77 @@ def renew_sql(dialect: str) -> TextualSelect:
         .bindparams(bindparam("ids", expanding=True), bindparam("keys", expanding=True))
         .columns(column("id", Integer), column("control", String))
     )
+
+
+# -- the dispatcher (store.dispatch.take_for_dispatch) ------------------------------------------------
+# (bind types declared, so that store.scale can render them with literal values for EXPLAIN)
+
+_LANE = bindparam("lane", type_=String)
+
+
+@cache
+def queued_count_sql(dialect: str) -> TextClause:
+    """Messages the lane has in Redis (a range of ``ix_items_dispatch``; at most the bound)."""
+    return text("SELECT count(*) FROM items WHERE lane = :lane AND state = 'queued'").bindparams(_LANE)
+
+
+@cache
+def next_pending_job_sql(dialect: str) -> TextualSelect:
+    """The first (lane, state, job) after (``:lane``, pending, ``:after``) in ``ix_items_dispatch``
+    (lane, state, job_id, id): one seek, however many items are pending; it is the next job with a
+    pending item in the lane when its lane and state are still the lane and pending.
+
+    On PostgreSQL a row-value comparison ordered like the index, so that the planner cannot prefer
+    an index that starts with ``job_id``; on SQLite, whose row-value ranges are slow, the plain
+    equality-and-range form of the same seek."""
+    if dialect == "postgresql":
+        where = "(lane, state, job_id) > (:lane, 'pending', :after)"
+    else:
+        where = "lane = :lane AND state = 'pending' AND job_id > :after"
+    return (
+        text(f"SELECT lane, state, job_id FROM items WHERE {where} ORDER BY lane, state, job_id LIMIT 1")
+        .bindparams(_LANE, bindparam("after", type_=Integer))
+        .columns(column("lane", String), column("state", String), column("job_id", Integer))
+    )
+
+
+JOB_DISPATCHABLE = text("SELECT control, submitting FROM jobs WHERE id = :job_id")
+
+
+@cache
+def pending_of_job_sql(dialect: str) -> TextualSelect:
+    """A job's oldest ready items in the lane (a range of ``ix_items_dispatch``)."""
+    return (
+        text(
+            f"""
+        SELECT id, fencing_token, job_id, photo_id FROM items
+        WHERE lane = :lane AND state = 'pending' AND job_id = :job_id AND not_before <= {sql_now(dialect)}
+        ORDER BY id LIMIT :limit
+        """
+        )
+        .bindparams(_LANE, bindparam("job_id", type_=Integer), bindparam("limit", type_=Integer))
+        .columns(
+            column("id", Integer),
+            column("fencing_token", Integer),
+            column("job_id", Integer),
+            column("photo_id", Integer),
+        )
+    )
+
+
+@cache
+def mark_queued_sql(dialect: str) -> TextualSelect:
+    """The picked items, still pending, become queued: by primary key (the state compared in a
+    form no index serves, so SQLite does not read every pending item through the state index)."""
+    now = sql_now(dialect)
+    return (
+        text(
+            f"""
+            UPDATE items SET state = 'queued', queued_at = {now}, updated_at = {now}
+            WHERE id IN :ids AND state || '' = 'pending'
+            RETURNING id
+            """
+        )
+        .bindparams(bindparam("ids", expanding=True, type_=Integer))
+        .columns(column("id", Integer))
+    )
