@@ -547,9 +547,10 @@ def state_for(control: str | None) -> str:
     return {CANCEL: CANCELLED, PAUSE: PAUSED}.get(control or "", PENDING)
 
 
-def successors_query(job_id: int, position: int, photo_ids: Sequence[int]) -> Select[tuple[Item]]:
-    """Waiting items of later lanes for these photos: ``ix_items_job_photo`` (job, photo, position)."""
-    return select(Item).where(
+def successors_query(job_id: int, position: int, photo_ids: Sequence[int]) -> Select[Any]:
+    """Waiting items of later lanes for these photos: ``ix_items_job_photo`` (job, photo, position);
+    the columns the finish needs, not ORM entities."""
+    return select(Item.id, Item.photo_id, Item.lane, Item.fencing_token, Item.position).where(
         Item.job_id == job_id,
         Item.position > position,
         Item.photo_id.in_(photo_ids),
@@ -557,11 +558,11 @@ def successors_query(job_id: int, position: int, photo_ids: Sequence[int]) -> Se
     )
 
 
-def _successors(s: Session, job_id: int, position: int, photo_ids: Iterable[int]) -> list[Item]:
+def _successors(s: Session, job_id: int, position: int, photo_ids: Iterable[int]) -> list[Any]:
     ids = tuple(photo_ids)
-    out: list[Item] = []
+    out: list[Any] = []
     for chunk in chunked(ids):
-        out += s.execute(successors_query(job_id, position, chunk)).scalars()
+        out += s.execute(successors_query(job_id, position, chunk)).all()
     return out
 
 
