@@ -5,6 +5,11 @@ lock (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite already holds the write lo
 ``BEGIN IMMEDIATE``) and raises ``StaleLease`` unless the item is still ``running`` with the
 session's fencing token. The transaction then rolls back whole; ``fenced`` records a
 ``stale_commit_rejected`` event in a transaction of its own and re-raises.
+
+A finishing transaction checks the fence in its own compare-and-set instead (``store.items``:
+``UPDATE … WHERE id, token, state = 'running' RETURNING id``): a matched row is the same check
+under the same row lock, held until the commit, so it marks the session ``fence_verified`` and
+the commit-boundary read is skipped; no row raises ``StaleLease`` right there.
 """
 
 from __future__ import annotations
