@@ -171,26 +171,30 @@ def run_probe(ctx: BenchContext, store: str, threads: int, companion: bool, item
             wait_for(done, 60 + items / 5, what=f"{job.items} probe items ({store})")
             return job.job_id
 
-        run_job(ctx.folder("probe-warm", max(8, 2 * threads)))
-        first = wait_for(lambda: read_probe(out), 30, what="the probe's counters")
-        worker = first["worker"]
+        def finished_by(job_id: int, worker: str) -> int:
+            return int(
+                reader.scalar(
+                    "SELECT count(*) FROM events WHERE job_id = ? AND type = 'item_succeeded' AND worker = ?",
+                    (job_id, worker),
+                )
+            )
+
+        def counted(at_least: float) -> dict[str, Any] | None:
+            now = read_probe(out)
+            return now if now and now["worker"] and now["items"] >= at_least else None
+
+        warm_job = run_job(ctx.folder("probe-warm", max(8, 2 * threads)))
+        worker = wait_for(lambda: counted(0), 30, what="the probe's counters")["worker"]
+        # The counters are dumped every 0.1 s: wait until they hold every warm-up item of the probe.
+        before = wait_for(lambda: counted(finished_by(warm_job, worker)), 10, what="the probe's warm-up")
         pids = {"run": [p.pid for p in procs] + ([ctx.redis.proc.pid] if ctx.redis.proc else [])}
         load0, busy0, ours0 = cpu.loadavg(), cpu.machine_busy(), sum(cpu.snapshot(pids).values())
         self0 = cpu.self_cpu()
-        before = wait_for(lambda: read_probe(out), 5, what="the probe's counters")
         t0 = time.time()
         job_id = run_job(ctx.folder("probe", items))
         seconds = time.time() - t0
-        mine = reader.scalar(
-            "SELECT count(*) FROM events WHERE job_id = ? AND type = 'item_succeeded' AND worker = ?",
-            (job_id, worker),
-        )
-
-        def caught_up() -> dict[str, Any] | None:
-            now = read_probe(out)
-            return now if now and now["items"] - before["items"] >= mine else None
-
-        after = wait_for(caught_up, 10, what="the probe's counters to count its items")
+        mine = finished_by(job_id, worker)
+        after = wait_for(lambda: counted(before["items"] + mine), 10, what="the probe's counters")
         load1, busy1, ours1 = cpu.loadavg(), cpu.machine_busy(), sum(cpu.snapshot(pids).values())
         others = max(0.0, (busy1 - busy0) - (ours1 - ours0) - (cpu.self_cpu() - self0)) / seconds
         reader.close()

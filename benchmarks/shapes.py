@@ -18,8 +18,10 @@ Both get the same worker environment (``photojobs.cli_support.worker_env``: pref
 from __future__ import annotations
 
 import sys
+import time
 
-from .harness import BenchContext, BenchmarkError
+from . import cpu
+from .harness import BenchContext, BenchmarkError, now_ms
 from .registry import Row, register
 from .throughput import Measured, run_photojobs
 
@@ -29,6 +31,39 @@ CASES = (
     ("photojobs worker (every lane)", "product", None),
     ("photojobs worker --lanes noop", "product", "noop"),
 )
+
+
+IDLE_SECONDS = 10.0
+
+
+def idle_cpu(ctx: BenchContext, shape: str, lanes: str | None) -> float:
+    """CPU (in % of one core) a fleet of this shape uses with nothing to do (Redis polling, heartbeats,
+    sweeps), over ``IDLE_SECONDS`` after it is ready."""
+    cfg = ctx.config
+    url = ctx.dbs.create("sqlite", "idle")
+    procs = []
+    try:
+        env = ctx.photojobs_env(url, PHOTOJOBS_RUNTIME_DIR=str(ctx.workdir / "runtime"))
+        since = now_ms()
+        if shape == "product":
+            procs.append(ctx.start_product(env, ctx.product_command(cfg.processes, cfg.threads, lanes)))
+        else:
+            env.update(
+                PHOTOJOBS_FLEET_PROCESSES=str(cfg.processes), PHOTOJOBS_LANE_NOOP_THREADS=str(cfg.threads)
+            )
+            procs += [ctx.start_worker(env, cfg.threads) for _ in range(cfg.processes)]
+            procs.append(ctx.start_sweeper(env))
+        ctx.wait_workers_ready(procs[:1] if shape == "product" else procs[:-1], since, cfg.processes)
+        time.sleep(2.0)  # let start-up work settle (imports, first sweep)
+        pids = {"fleet": [pid for p in procs for pid in cpu.tree(p.pid)]}
+        before, t0 = cpu.snapshot({}, {}, pids), time.monotonic()
+        time.sleep(IDLE_SECONDS)
+        used = sum(cpu.snapshot({}, {}, pids).values()) - sum(before.values())
+        return 100 * used / (time.monotonic() - t0)
+    finally:
+        for p in procs:
+            ctx.procs.kill(p)
+        ctx.dbs.drop(url)
 
 
 def _own_cpu(m: Measured) -> float:
@@ -86,6 +121,23 @@ def shapes(ctx: BenchContext) -> list[Row]:
                 baseline=f"harness {_own_cpu(base):.2f} ms",
                 ratio=round(_own_cpu(m) / _own_cpu(base), 3),
                 note=split,
+            )
+        )
+    for case, shape, lanes in CASES:
+        try:
+            pct = idle_cpu(ctx, shape, lanes)
+        except BenchmarkError as exc:
+            rows.append(Row(NAME, case, "idle CPU", None, verdict="error", note=str(exc)[:500]))
+            continue
+        rows.append(
+            Row(
+                NAME,
+                case,
+                "idle CPU of the fleet (no job)",
+                round(pct, 1),
+                "% of a core",
+                note=f"over {IDLE_SECONDS:g} s once ready: Redis polling by the consumers (2 per queue per "
+                "process, dramatiq_worker_timeout), heartbeats, sweeps",
             )
         )
     return rows
