@@ -26,6 +26,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from pathlib import Path
@@ -38,7 +39,7 @@ from .probe import read as read_probe
 from .reader import Reader
 from .recovery import TTL, recovery_rows
 from .registry import Row, register
-from .throughput import Measured, run_photojobs, run_plain
+from .throughput import Job, Measured, run_photojobs, run_photojobs_many, run_plain
 
 NAME = "goals"
 NOOP_GOAL = {"sqlite": 0.6, "postgresql": 0.5}
@@ -71,8 +72,23 @@ def _missing(figure: str, goal: str, exc: BaseException, verdict: str = "error")
 
 
 # -- no-op: photojobs worker vs plain Dramatiq ---------------------------------------------------
-def noop_rows(ctx: BenchContext) -> tuple[list[Row], dict[str, Measured]]:
-    """Plain Dramatiq, then ``photojobs worker`` on each store; one goal row per store."""
+def _pool_into(ctx: BenchContext, photos: Path, timeout: float, runs: list[dict[str, Any]]) -> None:
+    runs.append(run_pool(ctx, photos, timeout))
+
+
+def analysis_inputs(ctx: BenchContext) -> tuple[int, Path, Path]:
+    """The analysis goal's photos: (count, folder, warm-up folder)."""
+    cfg = ctx.config
+    n = SMALL_PHOTOS if cfg.quick else cfg.photos
+    photos = make_photos(ctx, n)
+    return n, photos, warm_copy(ctx, photos, cfg.warmup_for(n))
+
+
+def noop_rows(ctx: BenchContext, shared: dict[str, Any]) -> tuple[list[Row], dict[str, Measured]]:
+    """Plain Dramatiq, then ``photojobs worker`` on each store; one goal row per store.
+
+    With ``--quick`` the SQLite fleet also runs the analysis goal's job afterwards (and the pool
+    before it, while the fleet idles), into ``shared``: one fleet start-up less."""
     cfg = ctx.config
     plain = run_plain(ctx)
     rows: list[Row] = []
@@ -81,7 +97,21 @@ def noop_rows(ctx: BenchContext) -> tuple[list[Row], dict[str, Measured]]:
         goal = NOOP_GOAL[store]
         figure = f"no-op items/s, {store}, {cfg.processes} procs x {cfg.threads} threads"
         try:
-            m = run_photojobs(ctx, store, shape="product", label=" (photojobs worker)")
+            more = []
+            if cfg.quick and store == "sqlite":
+                n, photos, warm = analysis_inputs(ctx)
+                pool_runs = shared.setdefault("pool_runs", [])
+                more.append(
+                    Job(
+                        "analysis",
+                        photos,
+                        warm,
+                        before=functools.partial(_pool_into, ctx, photos, 120 + n, pool_runs),
+                    )
+                )
+            m, *also = run_photojobs_many(ctx, store, shape="product", label=" (photojobs worker)", more=more)
+            if also:
+                shared["analysis"] = also[0]
         except StoreUnavailable as exc:
             rows.append(_missing(figure, f">= {goal}x", exc, "skipped"))
             continue
@@ -123,10 +153,13 @@ def noop_rows(ctx: BenchContext) -> tuple[list[Row], dict[str, Measured]]:
 
 
 # -- the probe: store CPU and SQLite's write lock per item ---------------------------------------
-def run_probe(ctx: BenchContext, store: str, threads: int, companion: bool, items: int) -> dict[str, Any]:
-    """An instrumented worker (:mod:`benchmarks.probe`) with ``threads`` threads, plus (``companion``)
-    a plain worker process of the same shape, and a sweeper, on ``items`` no-op items: per-item
-    figures of the probe's process over the measured job."""
+def run_probe(
+    ctx: BenchContext, store: str, threads: int, phases: tuple[bool, ...], items: int
+) -> list[dict[str, Any]]:
+    """An instrumented worker (:mod:`benchmarks.probe`) with ``threads`` threads and a sweeper; one
+    measured job of ``items`` no-op items per phase, each ``True`` phase with a plain worker
+    process of ``ctx.config.threads`` threads beside it (started before that phase's warm-up and
+    kept after). Returns per-item figures of the probe's process for each phase."""
     from photojobs.api import Client
     from photojobs.cli_support import worker_env
     from photojobs.config import Settings
@@ -135,26 +168,23 @@ def run_probe(ctx: BenchContext, store: str, threads: int, companion: bool, item
     out = ctx.workdir / f"probe-{time.monotonic_ns()}.json"
     procs = []
     client = None
+    results = []
     try:
         ctx.redis.flush()
-        env = ctx.photojobs_env(url, PHOTOJOBS_FLEET_PROCESSES="2" if companion else "1")
+        env = ctx.photojobs_env(url, PHOTOJOBS_FLEET_PROCESSES="2" if any(phases) else "1")
         cmd = [sys.executable, "-m", "dramatiq", "benchmarks.probe", "--processes", "1"]
         cmd += ["--threads", str(threads), "--queues", "photojobs.noop"]
         probe_env = {**worker_env(threads, env), "PJBENCH_PROBE_OUT": str(out)}
         ctx.note(
-            command=f"probe ({'loaded' if companion else 'idle'}): "
+            command=f"probe ({threads} thread(s)): "
             + command_line(cmd, probe_env, ["PJBENCH_PROBE_OUT", "PHOTOJOBS_FLEET_PROCESSES"])
         )
         since = now_ms()
         probe = ctx.procs.spawn("probe", cmd, probe_env)
         procs.append(probe)
-        workers = [probe]
-        if companion:
-            workers.append(ctx.start_worker(env, threads))
-            procs.append(workers[-1])
         sweeper = ctx.start_sweeper(env)
         procs.append(sweeper)
-        ctx.wait_workers_ready(workers, since, len(workers))
+        ctx.wait_workers_ready([probe], since, 1)
         client = Client(Settings.from_env(env), migrate=False)
         reader = Reader(url)
         params = {"noop.sleep": "0"}
@@ -171,32 +201,43 @@ def run_probe(ctx: BenchContext, store: str, threads: int, companion: bool, item
             wait_for(done, 60 + items / 5, what=f"{job.items} probe items ({store})")
             return job.job_id
 
-        def finished_by(job_id: int, worker: str) -> int:
-            return int(
-                reader.scalar(
-                    "SELECT count(*) FROM events WHERE job_id = ? AND type = 'item_succeeded' AND worker = ?",
-                    (job_id, worker),
-                )
-            )
+        def finished_by(job_id: int | None, worker: str) -> int:
+            """Items of ``job_id`` (None: of every job) that the probe's process finished."""
+            sql = "SELECT count(*) FROM events WHERE type = 'item_succeeded' AND worker = ?"
+            if job_id is None:
+                return int(reader.scalar(sql, (worker,)))
+            return int(reader.scalar(sql + " AND job_id = ?", (worker, job_id)))
 
         def counted(at_least: float) -> dict[str, Any] | None:
             now = read_probe(out)
             return now if now and now["worker"] and now["items"] >= at_least else None
 
-        warm_job = run_job(ctx.folder("probe-warm", max(8, 2 * threads)))
-        worker = wait_for(lambda: counted(0), 30, what="the probe's counters")["worker"]
-        # The counters are dumped every 0.1 s: wait until they hold every warm-up item of the probe.
-        before = wait_for(lambda: counted(finished_by(warm_job, worker)), 10, what="the probe's warm-up")
-        pids = {"run": [p.pid for p in procs] + ([ctx.redis.proc.pid] if ctx.redis.proc else [])}
-        load0, busy0, ours0 = cpu.loadavg(), cpu.machine_busy(), sum(cpu.snapshot(pids).values())
-        self0 = cpu.self_cpu()
-        t0 = time.time()
-        job_id = run_job(ctx.folder("probe", items))
-        seconds = time.time() - t0
-        mine = finished_by(job_id, worker)
-        after = wait_for(lambda: counted(before["items"] + mine), 10, what="the probe's counters")
-        load1, busy1, ours1 = cpu.loadavg(), cpu.machine_busy(), sum(cpu.snapshot(pids).values())
-        others = max(0.0, (busy1 - busy0) - (ours1 - ours0) - (cpu.self_cpu() - self0)) / seconds
+        companion = None
+        for n, loaded in enumerate(phases):
+            if loaded and companion is None:
+                since = now_ms()
+                companion = ctx.start_worker(env, ctx.config.threads)
+                procs.append(companion)
+                ctx.wait_workers_ready([companion], since, 2)
+            run_job(ctx.folder(f"probe-warm-{n}", max(8, 2 * threads)))
+            worker = wait_for(lambda: counted(0), 30, what="the probe's counters")["worker"]
+            # The counters are dumped every 0.1 s: wait until they hold every item the probe finished.
+            done_so_far = finished_by(None, worker)
+            before = wait_for(lambda n=done_so_far: counted(n), 10, what="the probe's warm-up")
+            pids = {"run": [p.pid for p in procs] + ([ctx.redis.proc.pid] if ctx.redis.proc else [])}
+            load0, busy0, ours0 = cpu.loadavg(), cpu.machine_busy(), sum(cpu.snapshot(pids).values())
+            self0 = cpu.self_cpu()
+            t0 = time.time()
+            job_id = run_job(ctx.folder(f"probe-{n}", items))
+            seconds = time.time() - t0
+            mine = finished_by(job_id, worker)
+            total = before["items"] + mine
+            after = wait_for(lambda n=total: counted(n), 10, what="the probe's counters")
+            load1, busy1, ours1 = cpu.loadavg(), cpu.machine_busy(), sum(cpu.snapshot(pids).values())
+            others = max(0.0, (busy1 - busy0) - (ours1 - ours0) - (cpu.self_cpu() - self0)) / seconds
+            got = _per_item(before, after, items, seconds, (load0, load1), others)
+            got["probe_threads"], got["companion_threads"] = threads, ctx.config.threads if loaded else 0
+            results.append(got)
         reader.close()
     finally:
         for p in procs:
@@ -204,6 +245,18 @@ def run_probe(ctx: BenchContext, store: str, threads: int, companion: bool, item
         if client is not None:
             client.engine.dispose()
         ctx.dbs.drop(url)
+    return results
+
+
+def _per_item(
+    before: dict[str, Any],
+    after: dict[str, Any],
+    items: int,
+    seconds: float,
+    loadavg: tuple[float, float],
+    others: float,
+) -> dict[str, Any]:
+    """The probe's counters over a measured job, per item it finished."""
     d = {k: after[k] - before[k] for k in before if isinstance(before[k], int | float)}
     n = d["items"]
     if n < 1:
@@ -229,7 +282,7 @@ def run_probe(ctx: BenchContext, store: str, threads: int, companion: bool, item
         "held_cpu_ms": round(per("held_write_cpu"), 3),
         "write_transactions_per_item": round(d["write_transactions"] / n, 2),
         "read_held_ms": round(per("held_read"), 3),
-        "loadavg": (round(load0, 2), round(load1, 2)),
+        "loadavg": (round(loadavg[0], 2), round(loadavg[1], 2)),
         "others_cores": round(others, 2),
     }
 
@@ -285,19 +338,22 @@ def probe_rows(ctx: BenchContext) -> list[Row]:
     )
     rows: list[Row] = []
     figure_cpu = "store CPU per item (claim + finish + dispatch share + renew share), SQLite"
+    idle = loaded = None
     try:
-        idle = run_probe(ctx, "sqlite", 1, False, items)
+        if cfg.quick:  # one probe process (1 thread): alone, then beside a worker (saves start-ups)
+            idle, loaded = run_probe(ctx, "sqlite", 1, (False, True), items)
+        else:
+            (idle,) = run_probe(ctx, "sqlite", 1, (False,), items)
     except BenchmarkError as exc:
         print(f"[benchmarks] {NAME} probe idle: {exc}", file=sys.stderr)
         rows.append(_missing(figure_cpu, f"<= {STORE_CPU_GOAL_MS} ms", exc))
         rows.append(_missing("SQLite write lock held per item, idle", f"<= {LOCK_GOAL_MS} ms", exc))
-        idle = None
-    try:
-        loaded = run_probe(ctx, "sqlite", cfg.threads, True, items)
-    except BenchmarkError as exc:
-        print(f"[benchmarks] {NAME} probe loaded: {exc}", file=sys.stderr)
-        rows.append(_missing("SQLite write lock held per item, loaded", f"<= {LOCK_GOAL_MS} ms", exc))
-        loaded = None
+    if not cfg.quick:
+        try:
+            (loaded,) = run_probe(ctx, "sqlite", cfg.threads, (True,), items)
+        except BenchmarkError as exc:
+            print(f"[benchmarks] {NAME} probe loaded: {exc}", file=sys.stderr)
+            rows.append(_missing("SQLite write lock held per item, loaded", f"<= {LOCK_GOAL_MS} ms", exc))
 
     def split(p: dict[str, Any]) -> str:
         return (
@@ -329,7 +385,9 @@ def probe_rows(ctx: BenchContext) -> list[Row]:
     for label, p in (("loaded", loaded), ("idle", idle)):
         if p is None:
             continue
-        shape = f"probe + 1 worker, {cfg.threads} threads each" if label == "loaded" else "probe, 1 thread"
+        shape = f"probe, {p['probe_threads']} thread(s)" + (
+            f" + a worker of {p['companion_threads']} threads" if p["companion_threads"] else ""
+        )
         rows.append(
             Row(
                 NAME,
@@ -354,27 +412,28 @@ def probe_rows(ctx: BenchContext) -> list[Row]:
 
 
 # -- analysis: photojobs worker vs Pool(P) -------------------------------------------------------
-def analysis_rows(ctx: BenchContext) -> list[Row]:
-    """Pool, ``photojobs worker`` on the analysis lane, pool again; the ratio and CPU rows."""
+def analysis_rows(ctx: BenchContext, shared: dict[str, Any]) -> list[Row]:
+    """Pool, ``photojobs worker`` on the analysis lane, pool again; the ratio and CPU rows (with
+    ``--quick``: the pool and the run the no-op step made through its SQLite fleet)."""
     cfg = ctx.config
-    n = SMALL_PHOTOS if cfg.quick else cfg.photos
+    n, photos, warm = analysis_inputs(ctx)
     fig_rate = f"analysis photos/s vs Pool({cfg.processes}), SQLite, {n} photos 1600x1200"
     fig_cpu = "worker CPU per photo vs the pool's"
-    photos = make_photos(ctx, n)
-    warm = warm_copy(ctx, photos, cfg.warmup_for(n))
     timeout = 120 + n
     try:
-        runs = [run_pool(ctx, photos, timeout)]  # before; and after (not with --quick: time)
-        m = run_photojobs(
-            ctx,
-            "sqlite",
-            lane="analysis",
-            folder=photos,
-            warm_folder=warm,
-            shape="product",
-            label=" (photojobs worker)",
-        )
-        if not cfg.quick:
+        if "analysis" in shared:
+            m, runs = shared["analysis"], shared["pool_runs"]
+        else:
+            runs = [run_pool(ctx, photos, timeout)]  # before, and after
+            m = run_photojobs(
+                ctx,
+                "sqlite",
+                lane="analysis",
+                folder=photos,
+                warm_folder=warm,
+                shape="product",
+                label=" (photojobs worker)",
+            )
             runs.append(run_pool(ctx, photos, timeout))
     except BenchmarkError as exc:
         print(f"[benchmarks] {NAME} analysis: {exc}", file=sys.stderr)
@@ -471,10 +530,11 @@ def goals(ctx: BenchContext) -> list[Row]:
     )
     goal_rows: list[Row] = []
     extra: list[Row] = []
+    shared: dict[str, Any] = {}
     steps = (
-        ("no-op", lambda: noop_rows(ctx)[0]),
+        ("no-op", lambda: noop_rows(ctx, shared)[0]),
         ("probe", lambda: probe_rows(ctx)),
-        ("analysis", lambda: analysis_rows(ctx)),
+        ("analysis", lambda: analysis_rows(ctx, shared)),
     )
     for what, step in steps:
         print(f"[benchmarks] {NAME}: {what} ... ({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)

@@ -21,7 +21,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -223,6 +223,51 @@ def run_photojobs(
     shape: str = "harness",
     lanes_arg: str | None = None,
 ) -> Measured:
+    """One lane's job through a fleet (see :func:`run_photojobs_many`, which this calls with no more)."""
+    return run_photojobs_many(
+        ctx,
+        store,
+        lane=lane,
+        folder=folder,
+        warm_folder=warm_folder,
+        threads=threads,
+        extra=extra,
+        params=params,
+        label=label,
+        note_commands=note_commands,
+        shape=shape,
+        lanes_arg=lanes_arg,
+    )[0]
+
+
+@dataclass
+class Job:
+    """A further job through the same fleet: ``before()`` runs first, while the fleet is idle."""
+
+    lane: str
+    folder: Path
+    warm_folder: Path
+    params: Mapping[str, str] = field(default_factory=dict)
+    before: Callable[[], Any] | None = None
+    label: str = ""
+
+
+def run_photojobs_many(
+    ctx: BenchContext,
+    store: str,
+    *,
+    lane: str = "noop",
+    folder: Path | None = None,
+    warm_folder: Path | None = None,
+    threads: int | None = None,
+    extra: Mapping[str, str] | None = None,
+    params: Mapping[str, str] | None = None,
+    label: str = "",
+    note_commands: bool = True,
+    shape: str = "harness",
+    lanes_arg: str | None = None,
+    more: Sequence[Job] = (),
+) -> list[Measured]:
     """One photojobs lane: P workers x T threads plus one sweeper, a job of the ``folder``'s files.
 
     By default the noop lane with ``noop.sleep=0`` on N empty files (``--items``). ``extra`` adds
@@ -291,7 +336,6 @@ def run_photojobs(
             ctx.wait_workers_ready(workers, since, cfg.processes)
         settings = Settings.from_env(env)
         client = Client(settings, migrate=False)
-        spec = client.specs[lane]
         reader = Reader(url)
 
         def finish(job_id: int, n: int) -> None:
@@ -306,33 +350,65 @@ def run_photojobs(
 
             wait_for(done, _deadline(n, 10), interval=0.05, what=f"{n} items of job {job_id} ({store})")
 
-        warm = client.submit([lane], [warm_folder], params)
-        finish(warm.job_id, warm.items)
-        redis_pids = [ctx.redis.proc.pid] if ctx.redis.proc else []
-        fleet: dict[str, list[int]] = {}
-        if shape == "product":
-            groups = {"redis": redis_pids}
-            tree = cpu.tree(supervisor.pid)
-            fleet = {"supervisor + sweeper": [supervisor.pid], "workers": tree[1:]}
-        else:
-            groups = {"workers": [p.pid for p in workers], "sweeper": [sweeper.pid], "redis": redis_pids}
-        backends = set(_pg_backends(reader))
-        t_submit = time.time()
-        submitted = client.submit([lane], [folder], params)
-        t_commit = time.time()
-        backends.update(_pg_backends(reader))
-        pids = {**fleet, "postgres backends": backends} if store == "postgresql" else dict(fleet)
-        load0 = cpu.loadavg()
-        before, bench_before, busy_before = cpu.snapshot(groups, {}, pids), cpu.self_cpu(), cpu.machine_busy()
-        finish(submitted.job_id, submitted.items)
-        # A backend opened during the window counts from its start; one that ended is lost (rare: pools).
-        if store == "postgresql":
-            pids["postgres backends"] = backends | set(_pg_backends(reader))
-        after, bench_after, busy_after = cpu.snapshot(groups, {}, pids), cpu.self_cpu(), cpu.machine_busy()
-        load1 = cpu.loadavg()
-        before["benchmark (poll)"], after["benchmark (poll)"] = bench_before, bench_after
-        _add_others(before, after, busy_before, busy_after)
-        figures = _event_figures(reader, submitted.job_id, t_commit)
+        def measure(
+            lane: str, folder: Path, warm_folder: Path, params: Mapping[str, str], label: str
+        ) -> Measured:
+            warm = client.submit([lane], [warm_folder], params)
+            finish(warm.job_id, warm.items)
+            redis_pids = [ctx.redis.proc.pid] if ctx.redis.proc else []
+            fleet: dict[str, list[int]] = {}
+            if shape == "product":
+                groups = {"redis": redis_pids}
+                tree = cpu.tree(supervisor.pid)
+                fleet = {"supervisor + sweeper": [supervisor.pid], "workers": tree[1:]}
+            else:
+                groups = {"workers": [p.pid for p in workers], "sweeper": [sweeper.pid], "redis": redis_pids}
+            backends = set(_pg_backends(reader))
+            t_submit = time.time()
+            submitted = client.submit([lane], [folder], params)
+            t_commit = time.time()
+            backends.update(_pg_backends(reader))
+            pids = {**fleet, "postgres backends": backends} if store == "postgresql" else dict(fleet)
+            load0 = cpu.loadavg()
+            before, bench_before, busy_before = (
+                cpu.snapshot(groups, {}, pids),
+                cpu.self_cpu(),
+                cpu.machine_busy(),
+            )
+            finish(submitted.job_id, submitted.items)
+            # A backend opened during the window counts from its start; one that ended is lost (rare: pools).
+            if store == "postgresql":
+                pids["postgres backends"] = backends | set(_pg_backends(reader))
+            after, bench_after, busy_after = (
+                cpu.snapshot(groups, {}, pids),
+                cpu.self_cpu(),
+                cpu.machine_busy(),
+            )
+            load1 = cpu.loadavg()
+            before["benchmark (poll)"], after["benchmark (poll)"] = bench_before, bench_after
+            _add_others(before, after, busy_before, busy_after)
+            figures = _event_figures(reader, submitted.job_id, t_commit)
+            spec = client.specs[lane]
+            figures["submit_s"] = round(t_commit - t_submit, 3)
+            figures["loadavg"] = (round(load0, 2), round(load1, 2))
+            figures["shape"] = shape
+            figures["sweep_interval_s"] = settings.sweep_interval
+            figures["bound"] = spec.effective_bound
+            figures["lock"] = spec.lock or "none"
+            last = figures.pop("last_succeeded_at")
+            return Measured(
+                case=f"photojobs {store}{label}",
+                count=submitted.items,
+                seconds=last - t_commit,
+                figures=figures,
+                cpu_ms=_cpu_per_item(before, after, submitted.items),
+            )
+
+        results = [measure(lane, folder, warm_folder, params, label)]
+        for job in more:
+            if job.before is not None:
+                job.before()
+            results.append(measure(job.lane, job.folder, job.warm_folder, job.params, job.label or label))
         reader.close()
     finally:
         for p in procs:
@@ -340,20 +416,7 @@ def run_photojobs(
         if client is not None:
             client.engine.dispose()
         ctx.dbs.drop(url)
-    figures["submit_s"] = round(t_commit - t_submit, 3)
-    figures["loadavg"] = (round(load0, 2), round(load1, 2))
-    figures["shape"] = shape
-    figures["sweep_interval_s"] = settings.sweep_interval
-    figures["bound"] = spec.effective_bound
-    figures["lock"] = spec.lock or "none"
-    last = figures.pop("last_succeeded_at")
-    return Measured(
-        case=f"photojobs {store}{label}",
-        count=submitted.items,
-        seconds=last - t_commit,
-        figures=figures,
-        cpu_ms=_cpu_per_item(before, after, submitted.items),
-    )
+    return results
 
 
 def _cpu_text(cpu_ms: dict[str, float], count: int, seconds: float) -> str:
