@@ -1,13 +1,16 @@
 """``python -m benchmarks``: run the registered benchmarks, print a table, write ``results.json``.
 
-Sizes come from flags, else ``PJBENCH_*`` variables, else the defaults (``--quick`` shrinks them for
-CI smoke runs: 200 items (100 for ``locks``), 2000 submitted files, 40 photos, one recovery
-repetition)::
+The ``goals`` benchmark runs first: every goal row of issue 9 with its figure, the baseline measured
+in the same run, the ratio, the goal, the verdict and the machine's load during the measurement.
 
-    python -m benchmarks                                  # everything, full size
-    python -m benchmarks --items 2000 --processes 2 --threads 4 --only noop,recovery
+Sizes come from flags, else ``PJBENCH_*`` variables, else the defaults (``--quick`` shrinks them for
+CI smoke runs: 60 items, 2000 submitted files, 40 photos (8 for the goal rows), one recovery
+repetition, and runs only ``goals`` unless benchmarks are named)::
+
+    python -m benchmarks                                  # everything (by default), full size
+    python -m benchmarks --items 2000 --processes 2 --threads 4 --only goals,shapes
     python -m benchmarks --only locks,analysis            # updates those two in results.json
-    python -m benchmarks --quick                          # < 120 s
+    python -m benchmarks --quick                          # the goal rows, small: < 60 s
     python -m benchmarks scale                            # one benchmark by name (= --only scale)
     python -m benchmarks --list
 
@@ -41,7 +44,8 @@ from .registry import PLANNED, Row, load_all
 HERE = Path(__file__).resolve().parent
 
 FULL = {"items": 2000, "submit_items": 100_000, "repetitions": 3, "photos": 300}
-QUICK = {"items": 200, "submit_items": 2000, "repetitions": 1, "photos": 40}
+QUICK = {"items": 60, "submit_items": 2000, "repetitions": 1, "photos": 40}
+QUICK_DEFAULT = ("goals",)  # what --quick runs unless --only / names say otherwise
 
 
 def _env_int(name: str) -> int | None:
@@ -57,7 +61,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Config, argparse.Name
     """The run's ``Config`` from flags, then ``PJBENCH_*`` variables, then the (quick) defaults."""
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
     p.add_argument(
-        "--quick", action="store_true", help="CI smoke sizes (200 items, 2000 files, 40 photos, 1 rep)."
+        "--quick",
+        action="store_true",
+        help="CI smoke run: the goal rows only (unless named), 60 items, 8 photos, 1 rep.",
     )
     p.add_argument("--items", type=int, help="N for the throughput runs [PJBENCH_ITEMS; 2000].")
     p.add_argument("--processes", type=int, help="worker processes P [PJBENCH_PROCESSES; 2].")
@@ -123,6 +129,13 @@ def _loadavg() -> str:
         return "?"
 
 
+def _load1() -> str:
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except OSError:
+        return "?"
+
+
 def _revision() -> str:
     try:
         return subprocess.run(
@@ -146,7 +159,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         print(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(registry)}", file=sys.stderr)
         return 2
-    selected = [registry[n] for n in cfg.only] if cfg.only else [b for b in registry.values() if b.default]
+    if cfg.only:
+        selected = [registry[n] for n in cfg.only]
+    elif cfg.quick:  # the smoke run of `make test`: every goal row, small sizes
+        selected = [registry[n] for n in QUICK_DEFAULT]
+    else:
+        selected = [b for b in registry.values() if b.default]
     # Ctrl-C raises KeyboardInterrupt even if we were started with SIGINT ignored (a background job);
     # SIGTERM/SIGHUP raise SystemExit. Either way the ``finally`` below kills every child process group.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -165,12 +183,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         for bench in selected:
             ctx.current = bench.name
             t0 = time.monotonic()
+            load0 = _load1()
             print(f"[benchmarks] {bench.name}: {bench.title} ...", file=sys.stderr, flush=True)
             try:
                 got = bench.fn(ctx)
             except Exception as exc:  # noqa: BLE001 - report it and go on with the next benchmark
                 traceback.print_exc()
                 got = [Row(bench.name, "-", "did not complete", None, verdict="error", note=str(exc)[:500])]
+            for r in got:  # rows that do not say their own load get the benchmark's
+                r.load = r.load or f"load {load0}->{_load1()} (whole benchmark)"
             failed += any(r.verdict == "error" for r in got)
             rows += got
             print(f"[benchmarks] {bench.name}: {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)

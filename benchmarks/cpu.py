@@ -52,6 +52,34 @@ def snapshot(
     return totals
 
 
+def tree(root: int) -> list[int]:
+    """``root`` and every descendant of it alive now (from /proc ppid links; Linux)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(raw[raw.rindex(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def loadavg() -> float:
+    """The 1-minute load average (nan where unknown)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
 def machine_busy() -> float:
     """CPU seconds every core of the machine spent busy (not idle or waiting for I/O) since boot."""
     fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]

@@ -112,6 +112,7 @@ class Processes:
         self.procs: list[subprocess.Popen[bytes]] = []
         self._logs: list[IO[bytes]] = []
         self._paths: dict[int, Path] = {}
+        self._trees: set[int] = set()
         self._count = 0
 
     def spawn(self, name: str, cmd: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
@@ -141,6 +142,15 @@ class Processes:
         but only while the group id is certainly ours: the leader not yet reaped (its pid cannot be
         reused) or members left in the group. A process whose group is gone is forgotten.
         """
+        if proc.pid in self._trees and proc.returncode is None:
+            # A supervisor (``photojobs worker``): its workers run in sessions of their own.
+            from .cpu import tree
+
+            for pid in tree(proc.pid)[1:]:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    pgid = os.getpgid(pid)
+                    if pgid != os.getpgrp():
+                        os.killpg(pgid, signal.SIGKILL)
         if proc.returncode is None or group_members(proc.pid):
             for sig in (signal.SIGCONT, signal.SIGKILL):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -436,6 +446,18 @@ class BenchContext:
         # The same worker settings `photojobs worker`/`run` use (prefetch, idle poll interval).
         full = worker_env(threads, {k: v for k, v in env.items() if not k.startswith("dramatiq_")})
         return self.procs.spawn("worker", self.worker_command(threads, queue), full)
+
+    def product_command(self, processes: int, threads: int, lanes: str | None = None) -> list[str]:
+        """``photojobs worker --processes P --threads T [--lanes L]``: the fleet as users start it."""
+        cmd = [sys.executable, "-m", "photojobs", "worker", "--processes", str(processes)]
+        cmd += ["--threads", str(threads)]
+        return cmd + (["--lanes", lanes] if lanes else [])
+
+    def start_product(self, env: Mapping[str, str], cmd: Sequence[str]) -> subprocess.Popen[bytes]:
+        """Start a ``photojobs worker`` command; killing it kills its workers' process groups too."""
+        proc = self.procs.spawn("photojobs-worker", cmd, env)
+        self.procs._trees.add(proc.pid)
+        return proc
 
     def start_sweeper(self, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
         """``python -m photojobs sweep`` (revokes expired leases and dispatches pending items)."""

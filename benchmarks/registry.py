@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from .harness import BenchContext
 
 MODULES = (
+    "benchmarks.goals",  # first: the goal rows of issue 9 lead the table and results.json
+    "benchmarks.shapes",
     "benchmarks.throughput",
     "benchmarks.store_ops",
     "benchmarks.recovery",
@@ -29,6 +31,8 @@ MODULES = (
     "benchmarks.analysis",
     "benchmarks.scale",
 )
+
+FIRST = ("goals", "shapes")  # run (and listed) first, whatever the import order
 
 PLANNED: dict[str, str] = {
     "dispatcher": "dispatcher cost vs the number of jobs (``scale`` covers the backlog size)",
@@ -48,6 +52,9 @@ class Row:
     verdict: str = ""  # "met", "missed", "skipped", "error" or ""
     note: str = ""
     detail: dict[str, Any] = field(default_factory=dict)
+    baseline: str = ""  # the baseline measured in the same run, with its unit (goal rows)
+    ratio: float | None = None  # value / baseline (goal rows)
+    load: str = ""  # load average and CPU of other processes during the measurement
 
     def as_dict(self) -> dict[str, Any]:
         """The row as plain JSON-able data."""
@@ -86,4 +93,8 @@ def load_all() -> dict[str, Benchmark]:
     """Import every benchmark module (registering its benchmarks) and return the registry."""
     for module in MODULES:
         importlib.import_module(module)
+    first = [n for n in FIRST if n in REGISTRY]
+    ordered = {n: REGISTRY[n] for n in first} | {n: b for n, b in REGISTRY.items() if n not in first}
+    REGISTRY.clear()
+    REGISTRY.update(ordered)
     return REGISTRY

@@ -13,6 +13,7 @@ from rich.table import Table
 from .harness import Notes
 from .registry import Row
 
+GOALS = "goals"  # the benchmark whose rows with a goal lead the output (benchmarks.goals)
 VERDICT_STYLE = {"met": "green", "missed": "bold red", "skipped": "yellow", "error": "bold red"}
 
 
@@ -28,7 +29,7 @@ def _value(row: Row) -> str:
 
 def console() -> Console:
     """A console that does not squeeze the table when the output is a file or a pipe."""
-    return Console(width=None if sys.stdout.isatty() else 200, highlight=False, soft_wrap=False)
+    return Console(width=None if sys.stdout.isatty() else 240, highlight=False, soft_wrap=False)
 
 
 def render(
@@ -40,6 +41,32 @@ def render(
 ) -> None:
     """Print the results table, then each benchmark's settings and commands."""
     out = out or console()
+    goal_rows = [r for r in rows if r.benchmark == GOALS and r.goal]
+    if goal_rows:
+        goals = Table(title="Goals of issue 9 (each against a baseline measured in this run)")
+        for col, kw in (
+            ("Figure", {"no_wrap": True}),
+            ("Value", {"justify": "right", "no_wrap": True}),
+            ("Baseline (same run)", {"overflow": "fold"}),
+            ("Ratio", {"justify": "right", "no_wrap": True}),
+            ("Goal", {"no_wrap": True}),
+            ("Verdict", {"no_wrap": True}),
+            ("Load during the measurement", {"overflow": "fold"}),
+        ):
+            goals.add_column(col, **kw)  # type: ignore[arg-type]
+        for row in goal_rows:
+            style = VERDICT_STYLE.get(row.verdict, "")
+            goals.add_row(
+                row.figure,
+                _value(row),
+                row.baseline or "-",
+                "-" if row.ratio is None else f"{row.ratio:.3f}x",
+                row.goal,
+                f"[{style}]{row.verdict}[/]" if style else row.verdict,
+                row.load or "-",
+            )
+        out.print(goals)
+        rows = [r for r in rows if not (r.benchmark == GOALS and r.goal)]
     table = Table(
         title=f"photojobs benchmarks ({meta['mode']}, {meta['duration_s']:.0f} s)", show_lines=False
     )
@@ -48,8 +75,11 @@ def render(
         ("Case", {"no_wrap": True}),
         ("Figure", {}),
         ("Value", {"justify": "right", "no_wrap": True}),
+        ("Baseline", {"overflow": "fold"}),
+        ("Ratio", {"justify": "right", "no_wrap": True}),
         ("Goal", {"no_wrap": True}),
         ("Verdict", {"no_wrap": True}),
+        ("Load", {"overflow": "fold"}),
         ("Notes", {"overflow": "fold"}),
     ):
         table.add_column(col, **kw)  # type: ignore[arg-type]
@@ -64,8 +94,11 @@ def render(
             row.case,
             row.figure,
             _value(row),
+            row.baseline,
+            "" if row.ratio is None else f"{row.ratio:.3f}x",
             row.goal,
             f"[{style}]{row.verdict}[/]" if style else row.verdict,
+            row.load,
             row.note,
         )
     out.print(table)
@@ -128,5 +161,7 @@ def write_json(
             kept.append(name)
     for name, entry in fresh.items():
         benchmarks.setdefault(name, entry)
+    if GOALS in benchmarks:  # the goal rows come first
+        benchmarks = {GOALS: benchmarks.pop(GOALS), **benchmarks}
     path.write_text(json.dumps({**meta, "benchmarks": benchmarks}, indent=2, default=str) + "\n")
     return kept

@@ -4,7 +4,8 @@ Same machine, same private Redis, same P worker processes x T threads, same N, m
 
 - plain: ``dramatiq benchmarks.plain_actors --processes P --threads T``; N messages sent with
   ``actor.send``; messages/s from just before the first send to the last completion.
-- photojobs: P ``dramatiq actors --processes 1 --threads T`` workers and one ``photojobs sweep``;
+- photojobs: P ``dramatiq actors --processes 1 --threads T`` workers and one ``photojobs sweep``
+  (the bench's own fleet; ``benchmarks.goals`` measures ``photojobs worker`` as users start it);
   a job of N items submitted with ``Client.submit``; items/s from the submission's commit to the
   last ``item_succeeded`` (database clock), so dispatch is included.
 
@@ -20,7 +21,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,9 +127,11 @@ def run_plain(ctx: BenchContext) -> Measured:
 
         batch(cfg.warmup)
         groups = {"workers": [proc.pid], "redis": [ctx.redis.proc.pid] if ctx.redis.proc else []}
+        load0 = cpu.loadavg()
         before, bench_before, busy_before = cpu.snapshot(groups), cpu.self_cpu(), cpu.machine_busy()
         t0, t_sent, first, last = batch(cfg.items)
         after, bench_after, busy_after = cpu.snapshot(groups), cpu.self_cpu(), cpu.machine_busy()
+        load1 = cpu.loadavg()
     finally:
         ctx.procs.kill(proc)
         broker.close()
@@ -143,6 +146,7 @@ def run_plain(ctx: BenchContext) -> Measured:
             "enqueue_s": round(t_sent - t0, 3),
             "first_completion_s": round(first - t0, 3),
             "steady_rate": round((n - 1) / (last - first), 1) if last > first else None,
+            "loadavg": (round(load0, 2), round(load1, 2)),
         },
         cpu_ms=_cpu_per_item(before, after, n),
     )
@@ -216,13 +220,66 @@ def run_photojobs(
     params: Mapping[str, str] | None = None,
     label: str = "",
     note_commands: bool = True,
+    shape: str = "harness",
+    lanes_arg: str | None = None,
 ) -> Measured:
+    """One lane's job through a fleet (see :func:`run_photojobs_many`, which this calls with no more)."""
+    return run_photojobs_many(
+        ctx,
+        store,
+        lane=lane,
+        folder=folder,
+        warm_folder=warm_folder,
+        threads=threads,
+        extra=extra,
+        params=params,
+        label=label,
+        note_commands=note_commands,
+        shape=shape,
+        lanes_arg=lanes_arg,
+    )[0]
+
+
+@dataclass
+class Job:
+    """A further job through the same fleet: ``before()`` runs first, while the fleet is idle."""
+
+    lane: str
+    folder: Path
+    warm_folder: Path
+    params: Mapping[str, str] = field(default_factory=dict)
+    before: Callable[[], Any] | None = None
+    label: str = ""
+
+
+def run_photojobs_many(
+    ctx: BenchContext,
+    store: str,
+    *,
+    lane: str = "noop",
+    folder: Path | None = None,
+    warm_folder: Path | None = None,
+    threads: int | None = None,
+    extra: Mapping[str, str] | None = None,
+    params: Mapping[str, str] | None = None,
+    label: str = "",
+    note_commands: bool = True,
+    shape: str = "harness",
+    lanes_arg: str | None = None,
+    more: Sequence[Job] = (),
+) -> list[Measured]:
     """One photojobs lane: P workers x T threads plus one sweeper, a job of the ``folder``'s files.
 
     By default the noop lane with ``noop.sleep=0`` on N empty files (``--items``). ``extra`` adds
     environment variables to every process of the run (workers, sweeper, the submitting client):
     e.g. ``PHOTOJOBS_LANE_NOOP_LOCK=X``. Measured from the submission's commit to the last
     ``item_succeeded`` (database clock), after a warm-up job through the same processes.
+
+    ``shape="product"`` runs the fleet as users start it instead: one ``photojobs worker
+    --processes P --threads T`` (a supervisor with its in-process sweeper, each worker its own
+    ``photojobs.dramatiq_worker actors`` process; ``--lanes lanes_arg`` when given, else every lane,
+    the command's default), with no ``PHOTOJOBS_FLEET_PROCESSES`` / ``PHOTOJOBS_LANE_*_THREADS``
+    set unless ``extra`` sets them. Its CPU is that of the supervisor's process tree.
     """
     from photojobs.api import Client
     from photojobs.config import Settings
@@ -241,35 +298,44 @@ def run_photojobs(
     procs = []
     try:
         ctx.redis.flush()
-        env_extra = {
-            "PHOTOJOBS_FLEET_PROCESSES": str(cfg.processes),
-            f"PHOTOJOBS_LANE_{lane.upper()}_THREADS": str(threads),
-        }
+        env_extra: dict[str, str] = {}
+        if shape == "harness":
+            env_extra["PHOTOJOBS_FLEET_PROCESSES"] = str(cfg.processes)
+            env_extra[f"PHOTOJOBS_LANE_{lane.upper()}_THREADS"] = str(threads)
         if cfg.bound and lane == "noop":
             env_extra["PHOTOJOBS_LANE_NOOP_BOUND"] = str(cfg.bound)
         env_extra.update(extra or {})
         env = ctx.photojobs_env(url, **env_extra)
         keys = ["PHOTOJOBS_DATABASE_URL", "PHOTOJOBS_REDIS_URL", *env_extra]
-        worker_env = {**env, "dramatiq_queue_prefetch": str(threads)}
         who = f"photojobs{label}"
-        if note_commands:
-            ctx.note(
-                command=f"{who} ({cfg.processes}x): "
-                + command_line(
-                    ctx.worker_command(threads, queue), worker_env, [*keys, "dramatiq_queue_prefetch"]
-                )
-            )
-            sweep = [sys.executable, "-m", "photojobs", "sweep"]
-            ctx.note(command=f"{who} sweeper: " + command_line(sweep, env, keys))
         since = now_ms()
-        workers = [ctx.start_worker(env, threads, queue) for _ in range(cfg.processes)]
-        procs.extend(workers)
-        sweeper = ctx.start_sweeper(env)  # boots alongside the workers; no job to dispatch yet
-        procs.append(sweeper)
-        ctx.wait_workers_ready(workers, since, cfg.processes)
+        if shape == "product":
+            env["PHOTOJOBS_RUNTIME_DIR"] = str(ctx.workdir / "runtime")  # this run's fleet records only
+            cmd = ctx.product_command(cfg.processes, threads, lanes_arg)
+            if note_commands:
+                ctx.note(command=f"{who}: " + command_line(cmd, env, keys))
+            supervisor = ctx.start_product(env, cmd)
+            procs.append(supervisor)
+            workers = [supervisor]
+            ctx.wait_workers_ready(workers, since, cfg.processes)
+        else:
+            worker_env = {**env, "dramatiq_queue_prefetch": str(threads)}
+            if note_commands:
+                ctx.note(
+                    command=f"{who} ({cfg.processes}x): "
+                    + command_line(
+                        ctx.worker_command(threads, queue), worker_env, [*keys, "dramatiq_queue_prefetch"]
+                    )
+                )
+                sweep = [sys.executable, "-m", "photojobs", "sweep"]
+                ctx.note(command=f"{who} sweeper: " + command_line(sweep, env, keys))
+            workers = [ctx.start_worker(env, threads, queue) for _ in range(cfg.processes)]
+            procs.extend(workers)
+            sweeper = ctx.start_sweeper(env)  # boots alongside the workers; no job to dispatch yet
+            procs.append(sweeper)
+            ctx.wait_workers_ready(workers, since, cfg.processes)
         settings = Settings.from_env(env)
         client = Client(settings, migrate=False)
-        spec = client.specs[lane]
         reader = Reader(url)
 
         def finish(job_id: int, n: int) -> None:
@@ -284,27 +350,65 @@ def run_photojobs(
 
             wait_for(done, _deadline(n, 10), interval=0.05, what=f"{n} items of job {job_id} ({store})")
 
-        warm = client.submit([lane], [warm_folder], params)
-        finish(warm.job_id, warm.items)
-        groups = {
-            "workers": [p.pid for p in workers],
-            "sweeper": [sweeper.pid],
-            "redis": [ctx.redis.proc.pid] if ctx.redis.proc else [],
-        }
-        backends = set(_pg_backends(reader))
-        t_submit = time.time()
-        submitted = client.submit([lane], [folder], params)
-        t_commit = time.time()
-        backends.update(_pg_backends(reader))
-        pids = {"postgres backends": backends} if store == "postgresql" else {}
-        before, bench_before, busy_before = cpu.snapshot(groups, {}, pids), cpu.self_cpu(), cpu.machine_busy()
-        finish(submitted.job_id, submitted.items)
-        # A backend opened during the window counts from its start; one that ended is lost (rare: pools).
-        pids = {"postgres backends": backends | set(_pg_backends(reader))} if store == "postgresql" else {}
-        after, bench_after, busy_after = cpu.snapshot(groups, {}, pids), cpu.self_cpu(), cpu.machine_busy()
-        before["benchmark (poll)"], after["benchmark (poll)"] = bench_before, bench_after
-        _add_others(before, after, busy_before, busy_after)
-        figures = _event_figures(reader, submitted.job_id, t_commit)
+        def measure(
+            lane: str, folder: Path, warm_folder: Path, params: Mapping[str, str], label: str
+        ) -> Measured:
+            warm = client.submit([lane], [warm_folder], params)
+            finish(warm.job_id, warm.items)
+            redis_pids = [ctx.redis.proc.pid] if ctx.redis.proc else []
+            fleet: dict[str, list[int]] = {}
+            if shape == "product":
+                groups = {"redis": redis_pids}
+                tree = cpu.tree(supervisor.pid)
+                fleet = {"supervisor + sweeper": [supervisor.pid], "workers": tree[1:]}
+            else:
+                groups = {"workers": [p.pid for p in workers], "sweeper": [sweeper.pid], "redis": redis_pids}
+            backends = set(_pg_backends(reader))
+            t_submit = time.time()
+            submitted = client.submit([lane], [folder], params)
+            t_commit = time.time()
+            backends.update(_pg_backends(reader))
+            pids = {**fleet, "postgres backends": backends} if store == "postgresql" else dict(fleet)
+            load0 = cpu.loadavg()
+            before, bench_before, busy_before = (
+                cpu.snapshot(groups, {}, pids),
+                cpu.self_cpu(),
+                cpu.machine_busy(),
+            )
+            finish(submitted.job_id, submitted.items)
+            # A backend opened during the window counts from its start; one that ended is lost (rare: pools).
+            if store == "postgresql":
+                pids["postgres backends"] = backends | set(_pg_backends(reader))
+            after, bench_after, busy_after = (
+                cpu.snapshot(groups, {}, pids),
+                cpu.self_cpu(),
+                cpu.machine_busy(),
+            )
+            load1 = cpu.loadavg()
+            before["benchmark (poll)"], after["benchmark (poll)"] = bench_before, bench_after
+            _add_others(before, after, busy_before, busy_after)
+            figures = _event_figures(reader, submitted.job_id, t_commit)
+            spec = client.specs[lane]
+            figures["submit_s"] = round(t_commit - t_submit, 3)
+            figures["loadavg"] = (round(load0, 2), round(load1, 2))
+            figures["shape"] = shape
+            figures["sweep_interval_s"] = settings.sweep_interval
+            figures["bound"] = spec.effective_bound
+            figures["lock"] = spec.lock or "none"
+            last = figures.pop("last_succeeded_at")
+            return Measured(
+                case=f"photojobs {store}{label}",
+                count=submitted.items,
+                seconds=last - t_commit,
+                figures=figures,
+                cpu_ms=_cpu_per_item(before, after, submitted.items),
+            )
+
+        results = [measure(lane, folder, warm_folder, params, label)]
+        for job in more:
+            if job.before is not None:
+                job.before()
+            results.append(measure(job.lane, job.folder, job.warm_folder, job.params, job.label or label))
         reader.close()
     finally:
         for p in procs:
@@ -312,18 +416,7 @@ def run_photojobs(
         if client is not None:
             client.engine.dispose()
         ctx.dbs.drop(url)
-    figures["submit_s"] = round(t_commit - t_submit, 3)
-    figures["sweep_interval_s"] = settings.sweep_interval
-    figures["bound"] = spec.effective_bound
-    figures["lock"] = spec.lock or "none"
-    last = figures.pop("last_succeeded_at")
-    return Measured(
-        case=f"photojobs {store}{label}",
-        count=submitted.items,
-        seconds=last - t_commit,
-        figures=figures,
-        cpu_ms=_cpu_per_item(before, after, submitted.items),
-    )
+    return results
 
 
 def _cpu_text(cpu_ms: dict[str, float], count: int, seconds: float) -> str:
@@ -418,7 +511,11 @@ def _rows(m: Measured, unit: str) -> list[Row]:
     return rows
 
 
-@register(NAME, "No-op throughput: plain Dramatiq vs photojobs noop lane (SQLite, PostgreSQL)")
+@register(
+    NAME,
+    "No-op throughput: plain Dramatiq vs the bench harness fleet (dramatiq actors + sweep)",
+    default=False,  # the goal rows measure `photojobs worker`; `shapes` compares both fleets
+)
 def noop_throughput(ctx: BenchContext) -> list[Row]:
     """Plain Dramatiq, then photojobs on each store; rows with rates, ratios and breakdowns."""
     cfg = ctx.config
