@@ -83,7 +83,7 @@ def run_plain(ctx: BenchContext) -> Measured:
     env = {
         **ctx.photojobs_env("unused"),
         "PJBENCH_REDIS_URL": ctx.redis.url,
-        "dramatiq_queue_prefetch": str(cfg.threads),  # as photojobs workers use
+        "dramatiq_queue_prefetch": str(2 * cfg.threads),  # as photojobs workers use
     }
     cmd = [
         sys.executable,
@@ -250,7 +250,7 @@ def run_photojobs(
         env_extra.update(extra or {})
         env = ctx.photojobs_env(url, **env_extra)
         keys = ["PHOTOJOBS_DATABASE_URL", "PHOTOJOBS_REDIS_URL", *env_extra]
-        worker_env = {**env, "dramatiq_queue_prefetch": str(threads)}
+        worker_env = {**env, "dramatiq_queue_prefetch": str(2 * threads)}  # as ctx.start_worker
         who = f"photojobs{label}"
         if note_commands:
             ctx.note(
@@ -428,7 +428,7 @@ def noop_throughput(ctx: BenchContext) -> list[Row]:
             "threads": cfg.threads,
             "items": cfg.items,
             "warmup": cfg.warmup,
-            "prefetch": cfg.threads,
+            "prefetch": 2 * cfg.threads,
             "noop.sleep": 0,
             "lane bound": cfg.bound or f"runtime default 2*T*P = {2 * cfg.threads * cfg.processes}",
         }
