@@ -1,6 +1,6 @@
 """No-op items/s of ``photojobs worker`` as a user starts it, with two prefetch settings side by side.
 
-    python -m benchmarks.prefetch_compare [--items 2000] [--rounds 2] [--prefetch 4,8]
+    python -m benchmarks.prefetch_compare [--items 2000] [--rounds 2] [--prefetch 4,8] [--sleep S]
 
 Each case: a fresh SQLite store, a private Redis, ``photojobs worker --lanes noop --processes 2
 --threads 4`` (its own sweeper) with ``dramatiq_queue_prefetch`` set, a warm-up job of 100 items,
@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -49,12 +50,35 @@ def _done(settings: Settings, job: int, n: int) -> bool:
         engine.dispose()
 
 
-def _submit(settings: Settings, folder: Path) -> int:
+def _submit(settings: Settings, folder: Path, params: dict[str, str]) -> int:
     client = Client(settings)
     try:
-        return client.submit(["noop"], [folder], {}).job_id
+        return client.submit(["noop"], [folder], params).job_id
     finally:
         client.engine.dispose()
+
+
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds of a process and its live descendants (the supervisor, its workers, the sweeper)."""
+    total = 0.0
+    root = psutil.Process(pid)
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def _republished(settings: Settings, job: int) -> int:
+    engine = make_engine(settings.database_url)
+    try:
+        with Session(engine) as s:
+            q = select(func.count()).where(Event.job_id == job, Event.type == "item_republished")
+            return int(s.execute(q).scalar_one())
+    finally:
+        engine.dispose()
 
 
 def _window(settings: Settings, job: int) -> tuple[float, float, int]:
@@ -74,7 +98,9 @@ def _window(settings: Settings, job: int) -> tuple[float, float, int]:
         engine.dispose()
 
 
-def run_case(workdir: Path, redis: RedisServer, prefetch: int, n: int, threads: int, processes: int) -> dict:
+def run_case(
+    workdir: Path, redis: RedisServer, prefetch: int, n: int, threads: int, processes: int, sleep: float
+) -> dict:
     redis.client().flushall()
     db = workdir / f"store-{prefetch}-{time.monotonic_ns()}.db"
     url = f"sqlite:///{db}"
@@ -95,13 +121,16 @@ def run_case(workdir: Path, redis: RedisServer, prefetch: int, n: int, threads: 
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True)
     try:
         warm = make_files(workdir / f"warm-{db.stem}", 100)
-        job = _submit(settings, warm[0].parent)
+        params = {"noop.sleep": str(sleep)} if sleep else {}
+        job = _submit(settings, warm[0].parent, params)
         wait_for(lambda: _done(settings, job, 100), 120, 0.2, "the warm-up job")
         folder = make_files(workdir / f"photos-{db.stem}", n)[0].parent
         load0, busy0, t0 = os.getloadavg()[0], cpu.machine_busy(), time.monotonic()
-        job = _submit(settings, folder)
+        ours0 = _tree_cpu(proc.pid)
+        job = _submit(settings, folder, params)
         wait_for(lambda: _done(settings, job, n), 600, 0.2, "the measured job")
         busy1, t1, load1 = cpu.machine_busy(), time.monotonic(), os.getloadavg()[0]
+        ours1 = _tree_cpu(proc.pid)
         first, last, succeeded = _window(settings, job)
         return {
             "prefetch": prefetch,
@@ -109,6 +138,8 @@ def run_case(workdir: Path, redis: RedisServer, prefetch: int, n: int, threads: 
             "seconds": last - first,
             "succeeded": succeeded,
             "machine_busy_pct": 100 * (busy1 - busy0) / (t1 - t0),
+            "fleet_cpu_ms_per_item": 1000 * (ours1 - ours0) / n,
+            "republished": _republished(settings, job),
             "load": (load0, load1),
         }
     finally:
@@ -128,6 +159,7 @@ def main() -> int:
     ap.add_argument("--prefetch", default="4,8", help="comma-separated dramatiq_queue_prefetch values")
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--sleep", type=float, default=0.0, help="noop.sleep of every item (I/O-like work)")
     args = ap.parse_args()
     values = [int(v) for v in args.prefetch.split(",")]
     with tempfile.TemporaryDirectory(prefix="pj-prefetch-") as tmp:
@@ -137,11 +169,12 @@ def main() -> int:
         try:
             for r in range(args.rounds):
                 for p in values:
-                    c = run_case(workdir, redis, p, args.items, args.threads, args.processes)
+                    c = run_case(workdir, redis, p, args.items, args.threads, args.processes, args.sleep)
                     print(
                         f"round {r + 1} prefetch {p:>2}: {c['items_per_s']:6.1f} items/s "
                         f"({c['succeeded']} in {c['seconds']:.1f} s), machine busy "
-                        f"{c['machine_busy_pct']:.0f}% of 200%, "
+                        f"{c['machine_busy_pct']:.0f}% of 200%, fleet CPU "
+                        f"{c['fleet_cpu_ms_per_item']:.1f} ms/item, republished {c['republished']}, "
                         f"load {c['load'][0]:.1f} -> {c['load'][1]:.1f}",
                         flush=True,
                     )
