@@ -1,7 +1,8 @@
 """The Dramatiq side: the broker (with our middleware, without Dramatiq's Retries) and the publisher.
 
 Messages name ``[item_id, token]``. Their Redis id is deterministic (``pj-<item>-<token>``) so the
-sweeper can ask Redis whether a queued item's message is still waiting in its queue.
+sweeper can ask Redis whether a queued item's message is still waiting in its queue or prefetched by
+a live worker (``RedisPublisher.held``).
 """
 
 from __future__ import annotations
