@@ -58,11 +58,15 @@ def test_a_killed_workers_prefetched_items_run_again_at_once_and_once_only(
     r = redis.Redis.from_url(env["PHOTOJOBS_REDIS_URL"])
     fleet.start_sweeper()
     fleet.start_worker(threads=2)
-    running, waiting = wait_for(
+    running, _ = wait_for(
         lambda: prefetched(engine, job, r, running=2, waiting=2), 60, what="2 items running, 2 prefetched"
     )
     # When the worker process holding the leases is SIGKILLed, and another worker starts
     os.kill(pid_of_owner(running[0].lease_owner), signal.SIGKILL)
+    [dead_acks] = ack_sets(r).values()
+    queued = [i for i in items_of(engine, job) if i.state == "queued"]
+    waiting = [i for i in queued if f"pj-{i.id}-{i.fencing_token}" in dead_acks]
+    assert waiting, "the killed worker held no prefetched message"
     fleet.start_worker(threads=2)
     # Then every item runs and succeeds exactly once, well before Dramatiq would requeue the dead
     # worker's acks (its heartbeat timeout is 15 s, then a random maintenance pass)
