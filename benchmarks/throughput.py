@@ -84,7 +84,7 @@ def run_plain(ctx: BenchContext) -> Measured:
     env = {
         **ctx.photojobs_env("unused"),
         "PJBENCH_REDIS_URL": ctx.redis.url,
-        "dramatiq_queue_prefetch": str(cfg.threads),  # as photojobs workers use
+        "dramatiq_queue_prefetch": str(2 * cfg.threads),  # as photojobs workers use
     }
     cmd = [
         sys.executable,
@@ -319,7 +319,7 @@ def run_photojobs_many(
             workers = [supervisor]
             ctx.wait_workers_ready(workers, since, cfg.processes)
         else:
-            worker_env = {**env, "dramatiq_queue_prefetch": str(threads)}
+            worker_env = {**env, "dramatiq_queue_prefetch": str(2 * threads)}  # as photojobs worker
             if note_commands:
                 ctx.note(
                     command=f"{who} ({cfg.processes}x): "
@@ -525,7 +525,7 @@ def noop_throughput(ctx: BenchContext) -> list[Row]:
             "threads": cfg.threads,
             "items": cfg.items,
             "warmup": cfg.warmup,
-            "prefetch": cfg.threads,
+            "prefetch": 2 * cfg.threads,
             "noop.sleep": 0,
             "lane bound": cfg.bound or f"runtime default 2*T*P = {2 * cfg.threads * cfg.processes}",
         }

@@ -1,12 +1,14 @@
 """The Dramatiq side: the broker (with our middleware, without Dramatiq's Retries) and the publisher.
 
 Messages name ``[item_id, token]``. Their Redis id is deterministic (``pj-<item>-<token>``) so the
-sweeper can ask Redis whether a queued item's message is still waiting in its queue.
+sweeper can ask Redis whether a queued item's message is still waiting in its queue or prefetched by
+a live worker (``RedisPublisher.held``).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterable
 
@@ -20,7 +22,19 @@ from store.dispatch import Publish
 from store.lanes import LaneSpec, all_lanes
 
 NAMESPACE = "dramatiq"
-PREFETCHED_GRACE = 10.0
+HEARTBEAT_TIMEOUT_MS = 15000
+# A worker process counts as alive while its last Dramatiq heartbeat is this recent. Every process
+# beats at least once per idle poll of its delay-queue consumer (``dramatiq_worker_timeout``, 250 ms
+# under ``photojobs worker``/``run``), busy or not, so 5 s is 20 missed polls: a process that silent
+# is dead or frozen. Well under the broker's heartbeat timeout (after which Dramatiq itself would
+# requeue its acks, at random) and under the default lease TTL (10 s), so a dead worker's prefetched
+# items come back no later than the one it was running. A live process judged dead (a clock skewed
+# by more than this, a stall) only costs a duplicate message, which the item's token turns away.
+LIVE_WITHIN = 5.0
+# A message in a live worker's ack set that has been queued for longer than this many times its
+# lane's time limit is published again anyway: a prefetched message runs within about one time
+# limit, so it was stranded there (a fetch whose reply was lost, a consumer that crashed holding it).
+STRANDED_AFTER_TIME_LIMITS = 2.0
 log = logging.getLogger("photojobs.broker")
 
 
@@ -65,7 +79,7 @@ def build_broker(redis_url: str, middleware: Iterable[dramatiq.Middleware] = ())
         url=redis_url,
         namespace=NAMESPACE,
         middleware=[TimeLimit(), CurrentMessage(), *middleware],
-        heartbeat_timeout=15000,
+        heartbeat_timeout=HEARTBEAT_TIMEOUT_MS,
     )
     return broker
 
@@ -87,6 +101,7 @@ class RedisPublisher:
     def __init__(self, broker: RedisBroker, specs: dict[str, LaneSpec] | None = None) -> None:
         self.broker = broker
         self.specs = specs or all_lanes()
+        self._where = broker.client.register_script(_WHERE_LUA)
 
     def publish(self, items: list[Publish]) -> None:
         for p in items:
@@ -97,16 +112,65 @@ class RedisPublisher:
                 raise ValueError(f"refusing to publish an invalid {spec.name} message: {reason}")
             self.broker.do_enqueue(spec.queue, p.message_id, message.encode())
 
+    def held(self, items: list[Publish]) -> set[str]:
+        """The message ids of ``items`` that Redis still holds for someone: waiting in their lane's
+        queue (or its delay queue), or fetched (prefetched, not yet acknowledged) by a worker process
+        whose Dramatiq heartbeat is less than ``LIVE_WITHIN`` seconds old. A message only a dead
+        worker had fetched is not held: the sweeper publishes it again at once instead of waiting for
+        Dramatiq to requeue it (the old copy, if Dramatiq requeues it later, is turned away by the
+        item's token). One Lua call, whatever the number of items."""
+        if not items:
+            return set()
+        argv: list[str | int] = [NAMESPACE, int((time.time() - LIVE_WITHIN) * 1000)]
+        for p in items:
+            argv += [self.specs[p.lane].queue, p.message_id]
+        where = self._where(args=argv)
+        out: set[str] = set()
+        for p, w in zip(items, where, strict=True):
+            stranded = p.age >= STRANDED_AFTER_TIME_LIMITS * self.specs[p.lane].time_limit
+            if w == WAITING or (w == FETCHED_BY_LIVE and not stranded):
+                out.add(p.message_id)
+        return out
+
     def holds(self, item: Publish) -> bool:
-        """True while Redis still has the item's message: waiting in its queue, or fetched by a
-        worker (prefetched, not yet acknowledged) for less than ``PREFETCHED_GRACE`` seconds. A
-        message a dead worker had prefetched is given up after that and published again."""
-        spec = self.specs[item.lane]
-        key = f"{NAMESPACE}:{spec.queue}"
-        if self.broker.client.lpos(key, item.message_id) is not None:
-            return True
-        fetched = bool(self.broker.client.hexists(f"{key}.msgs", item.message_id))
-        return fetched and item.age < PREFETCHED_GRACE
+        """``held`` for one item."""
+        return item.message_id in self.held([item])
 
     def queue_length(self, lane: str) -> int:
         return int(self.broker.client.llen(f"{NAMESPACE}:{self.specs[lane].queue}"))
+
+
+# Where each message is, per (queue, message id) pair after the namespace and the oldest live
+# heartbeat (ms): WAITING in the queue's list, FETCHED_BY_LIVE (in the ack set of a worker whose
+# heartbeat is recent), else NOWHERE (gone, or only in a dead worker's ack set). The message's data
+# must still be in the queue's hash: an acknowledged message is gone even if its id lingers.
+# Key names are Dramatiq's (dramatiq/brokers/redis/dispatch.lua): ``<ns>:<queue>`` (list of ids),
+# ``<ns>:<queue>.msgs`` (id -> data), ``<ns>:__acks__.<worker>.<queue>`` (fetched, unacknowledged
+# ids) and ``<ns>:__heartbeats__`` (worker -> last beat, ms); the delay queue is ``<queue>.DQ``.
+NOWHERE, WAITING, FETCHED_BY_LIVE = 0, 1, 2
+_WHERE_LUA = """
+local ns = ARGV[1]
+local live = redis.call("zrangebyscore", ns .. ":__heartbeats__", ARGV[2], "+inf")
+local listed, fetched = {}, {}
+local function load(q)
+  if listed[q] then return end
+  local l, f = {}, {}
+  for _, id in ipairs(redis.call("lrange", ns .. ":" .. q, 0, -1)) do l[id] = true end
+  for _, w in ipairs(live) do
+    for _, id in ipairs(redis.call("smembers", ns .. ":__acks__." .. w .. "." .. q)) do f[id] = true end
+  end
+  listed[q], fetched[q] = l, f
+end
+local out = {}
+for i = 3, #ARGV, 2 do
+  local where = 0
+  for _, q in ipairs({ARGV[i], ARGV[i] .. ".DQ"}) do
+    if where == 0 and redis.call("hexists", ns .. ":" .. q .. ".msgs", ARGV[i + 1]) == 1 then
+      load(q)
+      if listed[q][ARGV[i + 1]] then where = 1 elseif fetched[q][ARGV[i + 1]] then where = 2 end
+    end
+  end
+  out[#out + 1] = where
+end
+return out
+"""

@@ -38,9 +38,11 @@ def worker_command(lanes: list[str], threads: int, watch: str | None = None) -> 
 
 def worker_env(threads: int, base: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
-    # No message waits in a worker's memory behind a busy thread (where a dead worker would strand it
-    # until the sweeper's grace runs out); the price is a Redis poll between items (<= 250 ms idle).
-    env.setdefault("dramatiq_queue_prefetch", str(threads))
+    # Each process holds as many messages again as it has threads, so a thread that finishes an item
+    # takes the next from memory instead of waiting for the consumer's next Redis poll. A dead
+    # worker strands nothing: the sweeper publishes again whatever is only in the ack set of a worker
+    # whose Dramatiq heartbeat stopped (``RedisPublisher.held``), within seconds.
+    env.setdefault("dramatiq_queue_prefetch", str(2 * threads))
     env.setdefault("dramatiq_worker_timeout", "250")  # an idle worker looks at Redis 4x a second
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env

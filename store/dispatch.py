@@ -154,12 +154,20 @@ def stale_queued(engine: Engine, older_than: float, limit: int = 1000) -> list[P
 
 
 def mark_republished(engine: Engine, items: list[Publish], reason: str) -> list[Publish]:
-    """Refresh ``queued_at`` of the items still queued with the same token; returns those to publish."""
+    """Refresh ``queued_at`` of the items still queued with the same token; returns those to publish.
+
+    Lock order job -> item, as cancel/pause and the revocation take them: the items' jobs are
+    share-locked first (in id order), then the items are updated in id order. (Updating items in
+    the order they were found, without their jobs, deadlocked with a cancel on PostgreSQL.)"""
     if not items:
         return []
+    by_id = {p.item_id: p for p in items}
     out: list[Publish] = []
     with Session(engine) as s, s.begin():
-        for p in items:
+        job_ids = sorted(set(s.execute(select(Item.job_id).where(Item.id.in_(list(by_id)))).scalars()))
+        s.execute(select(Job.id).where(Job.id.in_(job_ids)).order_by(Job.id).with_for_update(read=True)).all()
+        for item_id in sorted(by_id):
+            p = by_id[item_id]
             row = s.execute(
                 update(Item)
                 .where(Item.id == p.item_id, Item.fencing_token == p.token, Item.state == QUEUED)

@@ -32,7 +32,10 @@ log = logging.getLogger("photojobs.sweeper")
 class Publisher(Protocol):
     def publish(self, items: list[Publish]) -> None: ...
 
-    def holds(self, item: Publish) -> bool: ...
+    def held(self, items: list[Publish]) -> set[str]:
+        """The message ids of ``items`` whose message is still waiting for, or held by, a live
+        worker (asked once per pass, for all stale queued items at once)."""
+        ...
 
 
 @dataclass
@@ -199,7 +202,9 @@ def sweep_once(
             log.exception("removing stray staged files failed")
             report.errors.append(f"strays: {exc}")
     try:
-        lost = [p for p in stale_queued(engine, republish_after) if not publisher.holds(p)]
+        stale = stale_queued(engine, republish_after)
+        held = publisher.held(stale) if stale else set()
+        lost = [p for p in stale if p.message_id not in held]
         again = mark_republished(engine, lost, "message not in Redis")
         publisher.publish(again)
         report.republished = len(again)

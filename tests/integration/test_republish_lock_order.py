@@ -1,0 +1,75 @@
+"""The sweeper's re-publish takes its locks in the one order (job -> item), so it never deadlocks
+with a cancel or pause on PostgreSQL (found by the photo chaos run once prefetched messages of
+frozen workers made re-publishing common)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from sqlalchemy import Engine, select, text, update
+
+from photojobs.lanes import lane_spec
+from store import jobs as store_jobs
+from store.dispatch import mark_republished, take_for_dispatch
+from store.engine import make_engine
+from store.models import Item, Job
+from tests.support import wait_for
+
+NOOP = lane_spec("noop", env={})
+
+
+def _waiting_for_a_lock(engine: Engine) -> int:
+    with engine.connect() as c:
+        return int(
+            c.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
+        )
+
+
+def test_republish_waits_for_a_cancel_holding_the_job_instead_of_deadlocking(
+    pg_url: str, tmp_path: Path
+) -> None:
+    engine = make_engine(pg_url)
+    try:
+        # Given a job with two queued items A < B, and a cancel-like transaction that holds the job
+        # row (FOR UPDATE) and has already updated B
+        photos = [store_jobs.PhotoInput(str(tmp_path / f"p{i}.jpg"), 1) for i in range(2)]
+        job = store_jobs.submit(engine, [NOOP], photos).job_id
+        a, b = sorted(take_for_dispatch(engine, NOOP), key=lambda p: p.item_id)
+        cancel = engine.connect()
+        tx = cancel.begin()
+        cancel.execute(select(Job.id).where(Job.id == job).with_for_update()).all()
+        cancel.execute(update(Item).where(Item.id == b.item_id).values(updated_at=Item.updated_at))
+        # When the sweeper re-publishes A and B meanwhile (it has to wait for the cancel)
+        outcome: dict[str, object] = {}
+
+        def republish() -> None:
+            try:
+                outcome["published"] = mark_republished(engine, [a, b], "test")
+            except Exception as exc:  # noqa: BLE001 - reported below
+                outcome["error"] = exc
+
+        sweeper = threading.Thread(target=republish)
+        sweeper.start()
+        wait_for(lambda: _waiting_for_a_lock(engine) >= 1, 30, what="the re-publish to wait for a lock")
+        # And the cancel goes on to update A, then commits
+        cancel_error = None
+        try:
+            cancel.execute(update(Item).where(Item.id == a.item_id).values(updated_at=Item.updated_at))
+            tx.commit()
+        except Exception as exc:  # noqa: BLE001 - the assertion below names it
+            cancel_error = exc
+            tx.rollback()
+        cancel.close()
+        sweeper.join(60)
+        # Then neither was aborted as a deadlock: the re-publish waited and then did its work
+        assert cancel_error is None, cancel_error
+        assert "error" not in outcome, outcome.get("error")
+        assert [p.item_id for p in outcome["published"]] == [a.item_id, b.item_id]  # type: ignore[union-attr]
+    finally:
+        engine.dispose()
