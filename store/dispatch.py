@@ -20,7 +20,7 @@ from store.lanes import LaneSpec
 from .clock import db_now
 from .engine import reader
 from .events import emit_many
-from .models import PENDING, QUEUED, Item
+from .models import PENDING, QUEUED, Item, Job
 from .statements import (
     JOB_DISPATCHABLE,
     event_sql,
