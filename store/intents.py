@@ -45,6 +45,7 @@ from .models import (
     Photo,
     PhotoLock,
 )
+from .statements import photo_hash_sql
 
 log = logging.getLogger("photojobs.intents")
 
@@ -241,7 +242,9 @@ def photo_facts(engine: Engine, job_id: int, photo_id: int | None) -> dict[str, 
 
 
 def set_photo_hash(s: Session, photo_id: int, sha256: str, size: int | None) -> None:
-    s.execute(update(Photo).where(Photo.id == photo_id).values(sha256=sha256, size=size, updated_at=db_now()))
+    """Record the photo's content hash and size (in the analysis item's final commit)."""
+    conn = s.connection()
+    conn.execute(photo_hash_sql(conn.dialect.name), {"photo_id": photo_id, "sha256": sha256, "size": size})
 
 
 class IntentSettled(Exception):  # noqa: N818

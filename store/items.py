@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, Select, and_, delete, literal, select, tuple_, update
+from sqlalchemy import Connection, Engine, Select, and_, literal, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from .clock import db_now
@@ -37,17 +37,24 @@ from .models import (
     SKIPPED,
     SUCCEEDED,
     WAITING,
-    Intent,
     Item,
     ItemPhoto,
     Job,
     Photo,
-    PhotoLock,
     unindexed_state,
 )
 from .photo_locks import Conflict, LockRequest
 from .photo_locks import take as take_photo_locks
-from .statements import RENEW_KEY, claim_sql, end_lease_sql, event_sql, renew_sql
+from .statements import (
+    DROP_LOCKS,
+    LIVE_INTENT,
+    LOCKS_TO_INTENT,
+    RENEW_KEY,
+    claim_sql,
+    end_lease_sql,
+    event_sql,
+    renew_sql,
+)
 
 RECORDED_INTENT = "recorded"  # store.intents.RECORDED (that module imports this one)
 T = TypeVar("T")
@@ -393,16 +400,12 @@ def lock_for_finish(s: Session, lease: Lease) -> str | None:
 def release_locks(s: Session, item_id: int) -> int | None:
     """An item's lease ended: drop its photo locks, unless it has an unsettled intent; then the
     intent holds them (returned) until it is settled (``store.intents``)."""
-    live = s.execute(
-        select(Intent.id)
-        .where(Intent.item_id == item_id, Intent.state == RECORDED_INTENT)
-        .order_by(Intent.id)
-        .limit(1)
-    ).scalar_one_or_none()
+    conn = s.connection()
+    live = conn.execute(LIVE_INTENT, {"item_id": item_id}).scalar_one_or_none()
     if live is None:
-        s.execute(delete(PhotoLock).where(PhotoLock.item_id == item_id))
+        conn.execute(DROP_LOCKS, {"item_id": item_id})
     else:
-        s.execute(update(PhotoLock).where(PhotoLock.item_id == item_id).values(intent_id=live))
+        conn.execute(LOCKS_TO_INTENT, {"item_id": item_id, "intent_id": live})
     return live
 
 

@@ -202,3 +202,18 @@ def mark_queued_sql(dialect: str) -> TextualSelect:
         .bindparams(bindparam("ids", expanding=True, type_=Integer))
         .columns(column("id", Integer))
     )
+
+
+# -- releasing photo locks and recording a photo's hash (the finish of a photo lane) ----------------
+
+LIVE_INTENT = text(
+    "SELECT id FROM intents WHERE item_id = :item_id AND state = 'recorded' ORDER BY id LIMIT 1"
+).bindparams(bindparam("item_id", type_=Integer))
+DROP_LOCKS = text("DELETE FROM photo_locks WHERE item_id = :item_id")
+LOCKS_TO_INTENT = text("UPDATE photo_locks SET intent_id = :intent_id WHERE item_id = :item_id")
+
+
+@cache
+def photo_hash_sql(dialect: str) -> TextClause:
+    now = sql_now(dialect)
+    return text(f"UPDATE photos SET sha256 = :sha256, size = :size, updated_at = {now} WHERE id = :photo_id")
