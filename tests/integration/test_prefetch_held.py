@@ -8,8 +8,8 @@ import time
 import redis
 
 from photojobs.broker import LIVE_WITHIN, NAMESPACE, RedisPublisher, build_broker
-from photojobs.lanes import all_lanes
 from store.dispatch import Publish
+from store.lanes import all_lanes
 
 
 def _count_round_trips(client: redis.Redis) -> list[str]:

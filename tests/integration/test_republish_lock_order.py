@@ -9,10 +9,10 @@ from pathlib import Path
 
 from sqlalchemy import Engine, select, text, update
 
-from photojobs.lanes import lane_spec
 from store import jobs as store_jobs
 from store.dispatch import mark_republished, take_for_dispatch
 from store.engine import make_engine
+from store.lanes import lane_spec
 from store.models import Item, Job
 from tests.support import wait_for
 
