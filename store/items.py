@@ -157,8 +157,9 @@ def claim(
                 photo_ids = (row.photo_id,) if row.photo_id is not None else _bundle_photo_ids(conn, item_id)
                 new_token = row.fencing_token
                 holds = request is not None and bool(photo_ids)
+                current: dict[int, str] = {}
                 if holds:
-                    conflict = take_photo_locks(conn, item_id, photo_ids, request, new_token)  # type: ignore[arg-type]
+                    conflict = take_photo_locks(conn, item_id, photo_ids, request, new_token, current)  # type: ignore[arg-type]
                     if conflict is not None:
                         raise _LockConflict(conflict)  # rolls the claim back
                     if row.photo_id is None:
@@ -195,7 +196,7 @@ def claim(
                     checkpoint=row.checkpoint,
                     params=dict(row.params or {}),
                     roots=list(row.roots or []),
-                    photo_path=row.photo_path,
+                    photo_path=current.get(row.photo_id, row.photo_path),
                     job_lanes=lanes,
                     holds_locks=holds,
                 )

@@ -48,8 +48,10 @@ def chunked(values: Sequence[T], size: int = IN_CHUNK) -> Iterator[Sequence[T]]:
         yield values[start : start + size]
 
 
-_ROW_LOCKS = text("SELECT id FROM photos WHERE id IN :ids ORDER BY id FOR UPDATE").bindparams(
-    bindparam("ids", expanding=True)
+_ROW_LOCKS = (
+    text("SELECT id, path FROM photos WHERE id IN :ids ORDER BY id FOR UPDATE")
+    .bindparams(bindparam("ids", expanding=True))
+    .columns(column("id", Integer), column("path", String))
 )
 _HELD = (
     text("SELECT photo_id, item_id, mode FROM photo_locks WHERE photo_id IN :ids")
@@ -65,11 +67,21 @@ _INSERT = text(
 
 
 def take(
-    conn: Connection, item_id: int, photo_ids: Sequence[int], request: LockRequest, token: int
+    conn: Connection,
+    item_id: int,
+    photo_ids: Sequence[int],
+    request: LockRequest,
+    token: int,
+    paths: dict[int, str] | None = None,
 ) -> Conflict | None:
     """Lock the photos for ``item_id`` (caller's transaction, after the item's row): the first
     conflict, or None with the lock rows written (this item's older rows, kept by its unsettled
-    intents, are taken over by the new attempt)."""
+    intents, are taken over by the new attempt).
+
+    On PostgreSQL ``paths`` receives each photo's path as of its row lock: a row locked after a
+    wait is returned in its newest version, while the claim statement's own read of the path
+    comes from that statement's snapshot (a rename committed while the claim waited for the
+    item's row would be missed)."""
     ordered = sorted(set(photo_ids))
     if conn.dialect.name == "postgresql":
         # The photo rows first, in ascending order, in a statement of their own: the lock rows must
@@ -77,7 +89,9 @@ def take(
         # committed (read in the same statement, they came from before the wait: two exclusive
         # holders — found by the photo chaos run). SQLite's BEGIN IMMEDIATE serializes claims.
         for chunk in chunked(ordered):
-            conn.execute(_ROW_LOCKS, {"ids": list(chunk)}).all()
+            for row in conn.execute(_ROW_LOCKS, {"ids": list(chunk)}):
+                if paths is not None:
+                    paths[row.id] = row.path
     own = False
     for chunk in chunked(ordered):
         for row in conn.execute(_HELD, {"ids": list(chunk)}):

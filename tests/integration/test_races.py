@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, select, update
+from sqlalchemy import Engine, event, select, text, update
 from sqlalchemy.orm import Session
 
 from store import items as store_items
@@ -26,6 +26,7 @@ from store.fencing import FencedSession, fenced
 from store.lanes import lane_spec
 from store.models import Event, Item, Photo, PhotoLock
 from store.sweeper import revoke_expired
+from tests.support import wait_for
 
 NOOP = lane_spec("noop", env={})
 EXPIRED = replace(NOOP, lease_ttl=0.0, max_attempts=2)  # a lease that is expired as soon as it is taken
@@ -312,3 +313,48 @@ def test_two_processes_claiming_items_of_one_photo_never_both_hold_its_exclusive
             s.execute(update(Item).where(Item.id.in_(items)).values(state="cancelled"))
             s.execute(PhotoLock.__table__.delete())
     assert winners, "no round had a winner: the race did not run"
+
+
+def test_a_claim_that_waited_for_its_item_row_sees_a_rename_committed_meanwhile(
+    pg_url: str, tmp_path: Path
+) -> None:
+    # Given an exif item whose row another transaction holds locked (as a sweeper or cancel may)
+    engine = make_engine(pg_url)
+    try:
+        job = store_jobs.submit(engine, [EXIF], [store_jobs.PhotoInput(str(tmp_path / "old.jpg"), 1)]).job_id
+        take_for_dispatch(engine, EXIF)
+        [item_id] = _item_ids(engine, job, "exif")
+        holder = Session(engine)
+        holder.begin()
+        holder.execute(select(Item.id).where(Item.id == item_id).with_for_update()).all()
+        outcome: list[Any] = []
+        claimer = threading.Thread(
+            target=lambda: outcome.append(store_items.claim(engine, EXIF, item_id, 0, "w"))
+        )
+
+        # When the claim starts, waits for that row, and meanwhile another job's rename of the photo
+        # commits with the row still held
+        claimer.start()
+
+        waiting = text(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND position('UPDATE items SET state' in query) > 0"
+        )
+
+        def claim_waits() -> bool:
+            with engine.connect() as c:
+                return bool(c.execute(waiting).scalar())
+
+        wait_for(claim_waits, 30, what="the claim to wait for the item's row")
+        with Session(engine) as s, s.begin():
+            s.execute(update(Photo).values(path=str(tmp_path / "renamed.jpg")))
+        holder.commit()
+        holder.close()
+        claimer.join(30)
+
+        # Then the lease names the photo's current path, not the one before the wait
+        [result] = outcome
+        assert result.lease is not None, result.reason
+        assert result.lease.photo_path == str(tmp_path / "renamed.jpg")
+    finally:
+        engine.dispose()
