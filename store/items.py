@@ -302,6 +302,11 @@ def claim_failed(
     longer claimable (someone else moved it on)."""
     message = f"claim failed: {error}"
     with Session(engine) as s, s.begin():
+        # Lock order job -> item (as cancel/pause and the sweeper): the job first, then the item.
+        job_id = s.execute(select(Item.job_id).where(Item.id == item_id)).scalar_one_or_none()
+        if job_id is None:
+            return None
+        lock_job(s, job_id)
         item = s.execute(select(Item).where(Item.id == item_id).with_for_update()).scalar_one_or_none()
         if item is None or item.fencing_token != token or item.state not in (QUEUED, PENDING):
             return None

@@ -12,6 +12,7 @@ from sqlalchemy import Engine, select, text, update
 from store import jobs as store_jobs
 from store.dispatch import mark_republished, take_for_dispatch
 from store.engine import make_engine
+from store.items import claim_failed
 from store.lanes import lane_spec
 from store.models import Item, Job
 from tests.support import wait_for
@@ -71,5 +72,47 @@ def test_republish_waits_for_a_cancel_holding_the_job_instead_of_deadlocking(
         assert cancel_error is None, cancel_error
         assert "error" not in outcome, outcome.get("error")
         assert [p.item_id for p in outcome["published"]] == [a.item_id, b.item_id]  # type: ignore[union-attr]
+    finally:
+        engine.dispose()
+
+
+def test_a_failed_claim_waits_for_a_cancel_holding_the_job_instead_of_deadlocking(
+    pg_url: str, tmp_path: Path
+) -> None:
+    engine = make_engine(pg_url)
+    try:
+        # Given a queued item A and a cancel-like transaction that holds A's job row (FOR UPDATE)
+        photos = [store_jobs.PhotoInput(str(tmp_path / "p.jpg"), 1)]
+        job = store_jobs.submit(engine, [NOOP], photos).job_id
+        [a] = take_for_dispatch(engine, NOOP)
+        cancel = engine.connect()
+        tx = cancel.begin()
+        cancel.execute(select(Job.id).where(Job.id == job).with_for_update()).all()
+        # When a worker records a deterministic claim error for A meanwhile (it has to wait)
+        outcome: dict[str, object] = {}
+
+        def record() -> None:
+            try:
+                outcome["state"] = claim_failed(engine, NOOP, a.item_id, a.token, "boom", "w", counts=True)
+            except Exception as exc:  # noqa: BLE001 - reported below
+                outcome["error"] = exc
+
+        worker = threading.Thread(target=record)
+        worker.start()
+        wait_for(lambda: _waiting_for_a_lock(engine) >= 1, 30, what="the failed claim to wait for a lock")
+        # And the cancel goes on to update A, then commits
+        cancel_error = None
+        try:
+            cancel.execute(update(Item).where(Item.id == a.item_id).values(updated_at=Item.updated_at))
+            tx.commit()
+        except Exception as exc:  # noqa: BLE001 - the assertion below names it
+            cancel_error = exc
+            tx.rollback()
+        cancel.close()
+        worker.join(60)
+        # Then neither was aborted as a deadlock (the item was locked after its job, not before)
+        assert cancel_error is None, cancel_error
+        assert "error" not in outcome, outcome.get("error")
+        assert outcome["state"] == "pending"
     finally:
         engine.dispose()
