@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint unit chaos bench clean
+.PHONY: venv demo test lint unit chaos scale bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ unit: $(STAMP)
 
 chaos: $(STAMP)
 	PHOTOJOBS_CHAOS_SECONDS=$${PHOTOJOBS_CHAOS_SECONDS:-300} $(PY) -m pytest -q -m slow tests/chaos $(PYTEST_ARGS)
+
+# The 1M-item EXPLAIN check of every hot-path statement on both stores (minutes; not in make test).
+scale: $(STAMP)
+	$(PY) -m pytest -q -m slow tests/integration/test_query_plans.py $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks

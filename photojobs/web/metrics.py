@@ -29,7 +29,7 @@ class StoreCollector(Collector):
         yield items
         depth = GaugeMetricFamily(
             "photojobs_queue_depth",
-            "Items queued in the broker (messages in Redis) per lane",
+            "Items dispatched to the broker and not yet claimed (state queued in the store) per lane",
             labels=["lane"],
         )
         backlog = GaugeMetricFamily(

@@ -60,6 +60,9 @@ async def stream(
     cursor = after
     yield f"retry: {int(max(poll, 0.5) * 1000)}\n: photojobs events after {cursor}\n\n"
     last_write = time.monotonic()
+    # Early enough that the comment is never later than ``keepalive`` after the last write, however
+    # the poll's sleep and the read fall (the check runs once per poll).
+    due = max(keepalive - 2 * poll, keepalive / 2)
 
     def read() -> list[EventRecord]:
         batch = read_events(engine, after=cursor, job_id=job_id, limit=BATCH, sequence=False)
@@ -78,7 +81,7 @@ async def stream(
             last_write = time.monotonic()
             if len(batch) == BATCH:
                 continue
-        elif time.monotonic() - last_write >= keepalive:
+        elif time.monotonic() - last_write >= due:
             yield ": keep-alive\n\n"
             last_write = time.monotonic()
         await asyncio.sleep(min(poll, keepalive))
