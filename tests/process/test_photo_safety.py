@@ -177,3 +177,34 @@ def test_cancelled_job_with_a_recorded_intent_frees_its_photo(
     assert [i.state for i in items_of(engine, again)] == ["succeeded"], items_of(engine, again)[0].error
     assert_photo_once(engine, folder, taken, 1)
     client.engine.dispose()
+
+
+def test_photo_changed_by_someone_else_during_recovery_fails_the_item_and_is_not_touched(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given an EXIF job whose worker died right after recording its intent (staged file on disk)
+    folder = tmp_path / "photos"
+    photo, _ = one_photo(folder)
+    client = Client(Settings.from_env(env))
+    job = client.submit(["exif"], [folder], SHIFT).job_id
+    fleet.start_sweeper()
+    doomed = fleet.start_worker(["exif"], threads=1, env={"PHOTOJOBS_FAILPOINTS": "exif.after_record"})
+    wait_for(lambda: doomed.poll() is not None, 90, what="the exif worker to die after recording")
+    # And another program rewrites the photo meanwhile (neither the base nor the planned result)
+    (edited,) = generate_samples(tmp_path / "elsewhere", 1, seed=99, size=(320, 240))
+    outside = edited.read_bytes()
+    photo.write_bytes(outside)
+    # When the lease is revoked and an exif worker recovers the intent
+    fleet.start_worker(["exif"], threads=1)
+    wait_for(lambda: job_done(engine, job), 120, what="the exif job to end")
+    # Then the item failed with a clear "changed by someone else", naming the photo …
+    (item,) = items_of(engine, job)
+    assert item.state == "failed", item.error
+    assert "changed by someone else" in (item.error or "") and str(photo) in (item.error or "")
+    # … and the photo is exactly what the other program wrote: no staged file, no intent, no lock
+    assert files_in(folder) == [photo]
+    assert photo.read_bytes() == outside
+    with Session(engine) as s:
+        assert [i.state for i in s.execute(select(Intent)).scalars()] == ["discarded"]
+        assert s.execute(select(PhotoLock)).all() == []
+    client.engine.dispose()
