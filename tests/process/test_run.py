@@ -447,8 +447,9 @@ def test_sigkilled_run_takes_its_workers_along_and_a_rerun_finishes_once(runs: R
     assert not (second.state / "redis.pid").exists() and not (second.state / "workers.json").exists()
 
 
+@pytest.mark.parametrize("second_folder", ["same", "sibling"])
 def test_second_run_on_a_busy_state_folder_refuses_and_the_first_finishes_untouched(
-    runs: Runs, tmp_path: Path
+    runs: Runs, tmp_path: Path, second_folder: str
 ) -> None:
     # Given `photojobs run` working on a 30-photo job
     folder = photos(tmp_path, 30)
@@ -457,8 +458,14 @@ def test_second_run_on_a_busy_state_folder_refuses_and_the_first_finishes_untouc
     slots = wait_for(lambda: (p := read_workers(first.state)) and len(p) == 2 and p, 60, what="workers.json")
     first_workers = set(slots) | {c for s in slots for c in children(s)}
 
-    # When a second run on the same folder (so the same state folder) starts
-    second = runs.start(folder, "--workers", "2", "--json")
+    # When a second run starts on the same folder, or on another folder beside it (both use the
+    # state folder next to them)
+    other = folder
+    if second_folder == "sibling":
+        other = tmp_path / "more photos"
+        generate_samples(other, 3, seed=8, size=(320, 240))
+    second = runs.start(other, "--workers", "2", "--json")
+    assert second.state == first.state
 
     # Then it refuses at once with exit 75, naming the run that holds the state folder
     assert second.wait(60) == 75, second.logs()
