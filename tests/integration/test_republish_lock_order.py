@@ -5,6 +5,7 @@ frozen workers made re-publishing common)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy import Engine, select, text, update
@@ -32,6 +33,40 @@ def _waiting_for_a_lock(engine: Engine) -> int:
         )
 
 
+def race_with_a_cancel(
+    engine: Engine, job: int, first: int, then: int, action: Callable[[], object]
+) -> tuple[BaseException | None, dict[str, object]]:
+    """A cancel-like transaction holds the job row (FOR UPDATE) and has updated item ``first``;
+    ``action`` runs in a thread meanwhile; once it waits for a lock the cancel updates ``then`` and
+    commits. Returns the cancel's error (a deadlock) and the action's outcome (``result``/``error``)."""
+    cancel = engine.connect()
+    tx = cancel.begin()
+    cancel.execute(select(Job.id).where(Job.id == job).with_for_update()).all()
+    if first != then:
+        cancel.execute(update(Item).where(Item.id == first).values(updated_at=Item.updated_at))
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = action()
+        except Exception as exc:  # noqa: BLE001 - reported to the caller
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    wait_for(lambda: _waiting_for_a_lock(engine) >= 1, 30, what="the action to wait for a lock")
+    cancel_error = None
+    try:
+        cancel.execute(update(Item).where(Item.id == then).values(updated_at=Item.updated_at))
+        tx.commit()
+    except Exception as exc:  # noqa: BLE001 - the caller's assertion names it
+        cancel_error = exc
+        tx.rollback()
+    cancel.close()
+    worker.join(60)
+    return cancel_error, outcome
+
+
 def test_republish_waits_for_a_cancel_holding_the_job_instead_of_deadlocking(
     pg_url: str, tmp_path: Path
 ) -> None:
@@ -42,36 +77,15 @@ def test_republish_waits_for_a_cancel_holding_the_job_instead_of_deadlocking(
         photos = [store_jobs.PhotoInput(str(tmp_path / f"p{i}.jpg"), 1) for i in range(2)]
         job = store_jobs.submit(engine, [NOOP], photos).job_id
         a, b = sorted(take_for_dispatch(engine, NOOP), key=lambda p: p.item_id)
-        cancel = engine.connect()
-        tx = cancel.begin()
-        cancel.execute(select(Job.id).where(Job.id == job).with_for_update()).all()
-        cancel.execute(update(Item).where(Item.id == b.item_id).values(updated_at=Item.updated_at))
-        # When the sweeper re-publishes A and B meanwhile (it has to wait for the cancel)
-        outcome: dict[str, object] = {}
-
-        def republish() -> None:
-            try:
-                outcome["published"] = mark_republished(engine, [a, b], "test")
-            except Exception as exc:  # noqa: BLE001 - reported below
-                outcome["error"] = exc
-
-        sweeper = threading.Thread(target=republish)
-        sweeper.start()
-        wait_for(lambda: _waiting_for_a_lock(engine) >= 1, 30, what="the re-publish to wait for a lock")
-        # And the cancel goes on to update A, then commits
-        cancel_error = None
-        try:
-            cancel.execute(update(Item).where(Item.id == a.item_id).values(updated_at=Item.updated_at))
-            tx.commit()
-        except Exception as exc:  # noqa: BLE001 - the assertion below names it
-            cancel_error = exc
-            tx.rollback()
-        cancel.close()
-        sweeper.join(60)
+        # When the sweeper re-publishes A and B meanwhile (it has to wait for the cancel), and the
+        # cancel goes on to update A, then commits
+        cancel_error, outcome = race_with_a_cancel(
+            engine, job, b.item_id, a.item_id, lambda: mark_republished(engine, [a, b], "test")
+        )
         # Then neither was aborted as a deadlock: the re-publish waited and then did its work
         assert cancel_error is None, cancel_error
         assert "error" not in outcome, outcome.get("error")
-        assert [p.item_id for p in outcome["published"]] == [a.item_id, b.item_id]  # type: ignore[union-attr]
+        assert [p.item_id for p in outcome["result"]] == [a.item_id, b.item_id]  # type: ignore[attr-defined]
     finally:
         engine.dispose()
 
@@ -85,34 +99,18 @@ def test_a_failed_claim_waits_for_a_cancel_holding_the_job_instead_of_deadlockin
         photos = [store_jobs.PhotoInput(str(tmp_path / "p.jpg"), 1)]
         job = store_jobs.submit(engine, [NOOP], photos).job_id
         [a] = take_for_dispatch(engine, NOOP)
-        cancel = engine.connect()
-        tx = cancel.begin()
-        cancel.execute(select(Job.id).where(Job.id == job).with_for_update()).all()
-        # When a worker records a deterministic claim error for A meanwhile (it has to wait)
-        outcome: dict[str, object] = {}
-
-        def record() -> None:
-            try:
-                outcome["state"] = claim_failed(engine, NOOP, a.item_id, a.token, "boom", "w", counts=True)
-            except Exception as exc:  # noqa: BLE001 - reported below
-                outcome["error"] = exc
-
-        worker = threading.Thread(target=record)
-        worker.start()
-        wait_for(lambda: _waiting_for_a_lock(engine) >= 1, 30, what="the failed claim to wait for a lock")
-        # And the cancel goes on to update A, then commits
-        cancel_error = None
-        try:
-            cancel.execute(update(Item).where(Item.id == a.item_id).values(updated_at=Item.updated_at))
-            tx.commit()
-        except Exception as exc:  # noqa: BLE001 - the assertion below names it
-            cancel_error = exc
-            tx.rollback()
-        cancel.close()
-        worker.join(60)
+        # When a worker records a deterministic claim error for A meanwhile (it has to wait), and
+        # the cancel goes on to update A, then commits
+        cancel_error, outcome = race_with_a_cancel(
+            engine,
+            job,
+            a.item_id,
+            a.item_id,
+            lambda: claim_failed(engine, NOOP, a.item_id, a.token, "boom", "w", counts=True),
+        )
         # Then neither was aborted as a deadlock (the item was locked after its job, not before)
         assert cancel_error is None, cancel_error
         assert "error" not in outcome, outcome.get("error")
-        assert outcome["state"] == "pending"
+        assert outcome["result"] == "pending"
     finally:
         engine.dispose()
