@@ -265,6 +265,13 @@ class PhotoChaosRun(ChaosRun):
                     w.thaw.daemon = True
                     w.thaw.start()
                     self.note(f"worker pid {w.proc.pid} froze at a failpoint; SIGCONT in {seconds:.1f}s")
+            # A worker that is shutting down (SIGTERMed) and froze at a failpoint on its way out is
+            # thawed at once: nothing else would wake it, and a frozen process that holds SQLite's
+            # write lock (another of its threads was in a transaction) stalls the whole store.
+            for proc in self.stopping:
+                if proc.poll() is None and "T" in groups.get(proc.pid, set()):
+                    self._signal(proc, signal.SIGCONT)
+                    self.note(f"worker pid {proc.pid} froze at a failpoint while shutting down; SIGCONT now")
 
     def _freeze_watcher(self) -> None:
         # Its own thread: a worker may freeze while another of its threads holds SQLite's write lock,
