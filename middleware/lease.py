@@ -73,6 +73,7 @@ class LeaseMiddleware(Middleware):
         self.publisher_factory = publisher_factory
         self._engine: Engine | None = None
         self._publisher: Any = None
+        self._topup_skip: dict[str, int] = {}  # lane -> top-ups to skip before asking Redis again
         self._heartbeat: Heartbeat | None = None
         self._boot_lock = threading.RLock()
         self.worker = worker_identity()
@@ -283,7 +284,15 @@ class LeaseMiddleware(Middleware):
             for spec in lanes:
                 # A cheap look at Redis first: the dispatcher transaction is only worth it when the
                 # lane's queue has room for a good batch (otherwise the sweeper keeps it topped up).
-                if self._publisher.queue_length(spec.name) > spec.effective_bound // 2:
+                # A queue found L long cannot fall to half the bound before L - bound/2 more items
+                # are taken from it, this process's share of which (1 / fleet processes) it skips
+                # asking again: one Redis round trip per batch instead of one per item.
+                if self._topup_skip.get(spec.name, 0) > 0:
+                    self._topup_skip[spec.name] -= 1
+                    continue
+                length, half = self._publisher.queue_length(spec.name), spec.effective_bound // 2
+                if length > half:
+                    self._topup_skip[spec.name] = (length - half) // max(1, spec.fleet_processes)
                     continue
                 self._publisher.publish(take_for_dispatch(self.engine, spec))
         except Exception:  # noqa: BLE001 - the sweeper tops up too

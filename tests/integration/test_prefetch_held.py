@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import redis
+from dramatiq.message import Message
 
 from photojobs.broker import LIVE_WITHIN, NAMESPACE, RedisPublisher, build_broker
 from store.dispatch import Publish
@@ -84,3 +85,26 @@ def test_held_asks_redis_once_for_any_number_of_items(redis_url: str) -> None:
     # Then every one is held, and it took one round trip to Redis
     assert held == {p.message_id for p in items}
     assert sent == ["EVALSHA"]
+
+
+def test_publish_sends_a_batch_in_one_round_trip_and_each_message_arrives_as_a_lane_message(
+    redis_url: str,
+) -> None:
+    # Given a publisher and a batch of five noop items and one exif item
+    specs = all_lanes({})
+    publisher = RedisPublisher(build_broker(redis_url), specs)
+    items = [Publish(i, 3, "noop") for i in range(11, 16)] + [Publish(20, 1, "exif")]
+    sent = _count_round_trips(publisher.broker.client)
+    # When it publishes them
+    publisher.publish(items)
+    # Then no message was sent as a command of its own (they went in one pipeline)
+    assert sent == [], sent
+    # And a consumer fetches every one, in order, as the lane's message of its (item, token)
+    consumer = build_broker(redis_url)
+    noop = [Message.decode(d) for d in consumer.do_fetch(specs["noop"].queue, 10)]
+    exif = [Message.decode(d) for d in consumer.do_fetch(specs["exif"].queue, 10)]
+    assert [(m.actor_name, m.queue_name, m.args) for m in noop] == [
+        ("lane_noop", "photojobs.noop", (i, 3)) for i in range(11, 16)
+    ]
+    assert [(m.actor_name, m.args) for m in exif] == [("lane_exif", (20, 1))]
+    assert publisher.held(items) == {p.message_id for p in items}

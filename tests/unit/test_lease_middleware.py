@@ -6,6 +6,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import dramatiq
@@ -244,3 +245,41 @@ def test_the_actors_throws_decide_which_errors_fail_at_once(sqlite_engine: Engin
         assert second.error == "UnreadableImage: /photos/p1.jpg: truncated JPEG"
     finally:
         h.close()
+
+
+class ScriptedPublisher:
+    """A publisher whose lane queue lengths the test scripts; it counts what it is asked."""
+
+    def __init__(self, lengths: list[int]) -> None:
+        self.lengths = lengths
+        self.asked = 0
+        self.published: list[int] = []
+
+    def queue_length(self, lane: str) -> int:
+        self.asked += 1
+        return self.lengths.pop(0)
+
+    def publish(self, items: list[Any]) -> None:
+        self.published.append(len(items))
+
+
+def test_top_up_asks_redis_once_per_batch_not_once_per_item(sqlite_engine: Engine) -> None:
+    # Given a lane bound of 16 over 2 fleet processes (top up below 8), whose queue holds 16
+    spec = replace(SPEC, bound=16, fleet_processes=2)
+    publisher = ScriptedPublisher([16, 7])
+    lease = LeaseMiddleware(
+        {"noop": spec},
+        engine_factory=lambda: sqlite_engine,
+        heartbeat_interval=60,
+        publisher_factory=lambda broker: publisher,
+    )
+    ctx = SimpleNamespace(spec=spec, item_id=1, lease=SimpleNamespace(job_lanes=("noop",)))
+    # When five items finish in this process
+    for _ in range(5):
+        lease.top_up(StubBroker(middleware=[]), ctx)  # type: ignore[arg-type]
+    # Then Redis was asked once: 16 - 8 = 8 more items must go before the queue is at half, this
+    # process's share of them (4) is not asked about
+    assert publisher.asked == 1 and publisher.published == []
+    # And the next finished item asks again, finds room (7) and dispatches
+    lease.top_up(StubBroker(middleware=[]), ctx)  # type: ignore[arg-type]
+    assert publisher.asked == 2 and publisher.published == [0]
