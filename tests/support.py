@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psutil
 import redis
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
@@ -257,3 +258,12 @@ AWS_TEST_ENV = {
     "AWS_SECRET_ACCESS_KEY": "testing",
     "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
 }
+
+
+def still_running(p: psutil.Process) -> bool:
+    """``p`` itself is alive and not a zombie: not merely some later process that got its pid
+    (psutil compares the start time; pids wrap quickly where ``pid_max`` is 32768)."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

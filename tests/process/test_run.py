@@ -36,7 +36,16 @@ from photos.samples import generate_samples
 from store.engine import make_engine, reader
 from store.jobs import job_status
 from store.models import Event, Item, Job
-from tests.support import IN_CI, ROOT, event_counts, item_states, make_files, pid_of_owner, wait_for
+from tests.support import (
+    IN_CI,
+    ROOT,
+    event_counts,
+    item_states,
+    make_files,
+    pid_of_owner,
+    still_running,
+    wait_for,
+)
 
 LANES = "analysis,exif,rename"
 # Terminal and colour hints rich reads from the environment: the tests decide these themselves.
@@ -424,13 +433,14 @@ def test_sigkilled_run_takes_its_workers_along_and_a_rerun_finishes_once(runs: R
     old_workers = set(slots) | {c for s in slots for c in children(s)}
     assert len(old_workers) >= 4, describe(worker_processes(first.state))  # 2 dramatiq mains + workers
     old_redis = int((first.state / "redis.pid").read_text())
+    old = [psutil.Process(p) for p in old_workers]  # by identity: pids are reused quickly
 
     # When `photojobs run` is SIGKILLed
     first.proc.kill()
     first.proc.wait(timeout=30)
 
     # Then every worker process of it is gone within 5 s (the embedded Redis stays for the rerun)
-    wait_for(lambda: not any(alive(p) for p in old_workers), 5, what="the workers to die with their run")
+    wait_for(lambda: not any(still_running(p) for p in old), 5, what="the workers to die with their run")
     assert worker_processes(first.state) == [], describe(worker_processes(first.state))
     assert alive(old_redis)
 

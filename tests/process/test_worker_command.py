@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from photojobs.lifeline import ENV_TOKEN, start_time
-from tests.support import ROOT, RedisServer, wait_for
+from tests.support import ROOT, RedisServer, still_running, wait_for
 
 
 def token_processes(token: str) -> list[psutil.Process]:
@@ -122,7 +122,7 @@ def test_sigkilled_worker_command_takes_every_worker_process_along(
     proc.wait(timeout=30)
     # Then no process of its fleet is alive 5 s later
     wait_for(lambda: not token_processes(token), 5, what="the workers to die with their supervisor")
-    assert not any(alive(w.pid) for w in workers), err.read_text()
+    assert not any(still_running(w) for w in workers), err.read_text()
 
 
 def test_worker_command_stops_orphans_of_a_dead_fleet_by_recorded_identity(
