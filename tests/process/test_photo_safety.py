@@ -77,6 +77,13 @@ def rename_waited_or_ran(engine: Engine, rename_job: int) -> bool:
     return job_done(engine, rename_job) or bool(events_of(engine, item.id, "item_deferred"))
 
 
+def exif_worker_dies_at(fleet: Fleet, failpoint: str, what: str) -> None:
+    """Start the sweeper and an exif worker that dies at ``failpoint``; return once it has died."""
+    fleet.start_sweeper()
+    doomed = fleet.start_worker(["exif"], threads=1, env={"PHOTOJOBS_FAILPOINTS": failpoint})
+    wait_for(lambda: doomed.poll() is not None, 90, what=f"the exif worker to die {what}")
+
+
 def test_applied_but_unmarked_edit_is_never_applied_twice(
     engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
 ) -> None:
@@ -86,9 +93,7 @@ def test_applied_but_unmarked_edit_is_never_applied_twice(
     photo, taken = one_photo(folder)
     client = Client(Settings.from_env(env))
     exif_job = client.submit(["exif"], [folder], SHIFT).job_id
-    fleet.start_sweeper()
-    doomed = fleet.start_worker(["exif"], threads=1, env={"PHOTOJOBS_FAILPOINTS": "exif.after_apply"})
-    wait_for(lambda: doomed.poll() is not None, 90, what="the exif worker to die after applying")
+    exif_worker_dies_at(fleet, "exif.after_apply", "after applying")
     (exif_item,) = items_of(engine, exif_job)
     wait_for(lambda: events_of(engine, exif_item.id, "lease_expired"), 60, what="the lease to be revoked")
     # When another job renames the photo meanwhile, and then an exif worker comes back
@@ -152,9 +157,7 @@ def test_cancelled_job_with_a_recorded_intent_frees_its_photo(
     photo, taken = one_photo(folder)
     client = Client(Settings.from_env(env))
     job = client.submit(["exif"], [folder], SHIFT).job_id
-    doomed = fleet.start_worker(["exif"], threads=1, env={"PHOTOJOBS_FAILPOINTS": "exif.after_record"})
-    fleet.start_sweeper()
-    wait_for(lambda: doomed.poll() is not None, 90, what="the exif worker to die after recording")
+    exif_worker_dies_at(fleet, "exif.after_record", "after recording")
     # When the job is cancelled
     client.cancel(job)
     wait_for(lambda: job_done(engine, job), 60, what="the job to end")
@@ -187,9 +190,7 @@ def test_photo_changed_by_someone_else_during_recovery_fails_the_item_and_is_not
     photo, _ = one_photo(folder)
     client = Client(Settings.from_env(env))
     job = client.submit(["exif"], [folder], SHIFT).job_id
-    fleet.start_sweeper()
-    doomed = fleet.start_worker(["exif"], threads=1, env={"PHOTOJOBS_FAILPOINTS": "exif.after_record"})
-    wait_for(lambda: doomed.poll() is not None, 90, what="the exif worker to die after recording")
+    exif_worker_dies_at(fleet, "exif.after_record", "after recording")
     # And another program rewrites the photo meanwhile (neither the base nor the planned result)
     (edited,) = generate_samples(tmp_path / "elsewhere", 1, seed=99, size=(320, 240))
     outside = edited.read_bytes()
