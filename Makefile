@@ -20,7 +20,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 test: $(STAMP) lint
-	$(PY) -m pytest -q -m "not slow" --maxfail=10 $(PYTEST_ARGS) || { rc=$$?; [ $$rc -ne 5 ] || \
+	$(PY) -m pytest -q -m "not slow" --maxfail=10 --durations=20 $(PYTEST_ARGS) || { rc=$$?; [ $$rc -ne 5 ] || \
 	  echo "make test: pytest collected no tests (exit 5); check PYTEST_ARGS" >&2; exit $$rc; }
 
 unit: $(STAMP)
