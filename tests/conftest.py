@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 
 from store.engine import make_engine
 from store.schema import upgrade
-from tests.support import IN_CI, Fleet, RedisServer
+from tests.support import Fleet, RedisServer, unavailable
 
 PG_ADMIN = os.environ.get("PHOTOJOBS_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 TEMPLATE = f"pj_template_{os.getpid()}"
@@ -47,9 +47,7 @@ def redis_url(redis_server: RedisServer) -> str:
 def pg_template() -> Iterator[str]:
     problem = _pg_available()
     if problem:
-        if IN_CI:
-            pytest.fail(f"PostgreSQL is required under CI but not reachable at {PG_ADMIN}: {problem}")
-        pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN}: {problem}")
+        unavailable(f"PostgreSQL not reachable at {PG_ADMIN}: {problem}")
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}"')
         conn.execute(f'CREATE DATABASE "{TEMPLATE}"')

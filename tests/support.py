@@ -11,9 +11,10 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import psutil
+import pytest
 import redis
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
@@ -24,6 +25,14 @@ from store.models import Event, Item
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
 IN_CI = os.environ.get("CI") == "true"
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Something a test needs is missing: a skip on a developer's machine, a failure under
+    ``CI=true`` (``.ci/run`` provides Redis, PostgreSQL, exiftool, chromium and the packages)."""
+    if IN_CI:
+        pytest.fail(f"required under CI: {reason}")
+    pytest.skip(reason)
 
 
 def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, what: str = "") -> T:

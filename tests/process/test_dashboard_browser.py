@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from photos.samples import generate_samples
-from tests.support import IN_CI, Fleet, make_files
+from tests.support import Fleet, make_files, unavailable
 from tests.web_support import TOKEN, WebServer
 
 CHROMIUM_ARGS = [
@@ -40,14 +40,10 @@ def browser() -> Iterator[Any]:
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as exc:  # pragma: no cover - depends on the machine
-        if IN_CI:
-            pytest.fail(f"playwright is required under CI: {exc}")
-        pytest.skip(f"playwright not installed: {exc}")
+        unavailable(f"playwright not installed: {exc}")
     executable = _chromium()
     if executable is None:
-        if IN_CI:
-            pytest.fail("chromium is required under CI (apt-get install chromium); .ci/run installs it")
-        pytest.skip("chromium not installed")
+        unavailable("chromium not installed (apt-get install chromium; .ci/run installs it)")
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield b

