@@ -44,9 +44,6 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-# The top-up after an item dispatches only when a quarter of the lane's bound fits (a batch; lanes
-# with a bound under 8 as before: one), so the write lock is not taken for one message or for none.
-TOPUP_BATCH_DIVISOR = 4
 # Claim outcomes (store.items.claim) for an item its job paused or cancelled.
 _STOPPED = (" is paused, not claimable", " is cancelled, not claimable")
 
@@ -297,7 +294,6 @@ class LeaseMiddleware(Middleware):
                 if length > half:
                     self._topup_skip[spec.name] = (length - half) // max(1, spec.fleet_processes)
                     continue
-                batch = max(1, spec.effective_bound // TOPUP_BATCH_DIVISOR)
-                self._publisher.publish(take_for_dispatch(self.engine, spec, min_room=batch))
+                self._publisher.publish(take_for_dispatch(self.engine, spec))
         except Exception:  # noqa: BLE001 - the sweeper tops up too
             log.warning("top-up after item %s failed; the sweeper will dispatch", ctx.item_id, exc_info=True)

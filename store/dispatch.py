@@ -88,26 +88,14 @@ def _jobs_with_pending(conn: Connection, lane: str, want: int) -> list[int]:
     return found
 
 
-def take_for_dispatch(
-    engine: Engine, spec: LaneSpec, *, bound: int | None = None, min_room: int = 1
-) -> list[Publish]:
+def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = None) -> list[Publish]:
     """Move up to (bound - queued) ready items of the lane to ``queued``; round-robin over jobs.
 
     Jobs that are paused, cancelled or still being submitted are passed over. The statements are
     the prebuilt ones of ``store.statements`` (no expression building per call).
-
-    ``min_room`` > 1: first count the lane's queued items in a read-only transaction (on SQLite
-    without the write lock) and do nothing unless at least that many messages fit, so a caller
-    that tops up after every item dispatches in batches instead of taking the write lock for one
-    item, or for none (the sweeper fills whatever room is left on its next pass).
     """
     bound = spec.effective_bound if bound is None else bound
     lane = spec.name
-    if min_room > 1:
-        with reader(engine).begin() as conn:
-            queued = conn.execute(queued_count_sql(conn.dialect.name), {"lane": lane}).scalar_one()
-        if bound - queued < min_room:
-            return []
     with engine.begin() as conn:
         dialect = conn.dialect.name
         if not _lane_lock(conn, lane):
