@@ -107,9 +107,11 @@ class LeaseMiddleware(Middleware):
             broker.on_rejected = self.record_rejection
         _ = self.heartbeat
 
-    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
-        """Beat often enough for the shortest lease TTL among the lanes this worker consumes."""
-        failpoints.hit("worker.boot")  # tests: a worker process that dies while booting
+    def before_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        """Beat often enough for the shortest lease TTL among the lanes this worker consumes, and
+        register the worker. Before the boot, not after: Dramatiq starts the worker threads and
+        consumers between the two hooks, so an item could be claimed by a worker that the registry
+        does not list yet."""
         queues = getattr(worker, "consumer_whitelist", None)
         served = [s for s in self.specs.values() if not queues or s.queue in queues] or list(
             self.specs.values()
@@ -117,6 +119,9 @@ class LeaseMiddleware(Middleware):
         self.heartbeat.interval = heartbeat_interval_for(served, self.heartbeat_interval)
         log.debug("heartbeat every %.2f s for lanes %s", self.heartbeat.interval, [s.name for s in served])
         self.presence.boot(s.name for s in served)
+
+    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        failpoints.hit("worker.boot")  # tests: a worker process that dies while booting
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         if self._heartbeat is not None:

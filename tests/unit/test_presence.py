@@ -4,6 +4,7 @@ tests/process/test_worker_registry.py)."""
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 import dramatiq
@@ -99,4 +100,50 @@ def test_the_heartbeat_reports_idle_beats_with_the_items_held(tmp_path: Path) ->
         hb.stop()
     # Then every beat was reported, with no items held
     assert set(seen) == {0}
+    engine.dispose()
+
+
+class _FirstMessage(dramatiq.Middleware):
+    """Records the registry rows when the worker's first message starts; holds the worker's
+    ``after_worker_boot`` hooks (this middleware runs first) until then."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.started = threading.Event()
+        self.registry: list[str] | None = None
+
+    def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:
+        self.registry = [r.id for r in _rows(self.engine)]
+        self.started.set()
+
+    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        self.started.wait(30)
+
+
+def test_a_worker_is_registered_before_its_first_message_runs(tmp_path: Path) -> None:
+    # Given a migrated store, a message waiting on the worker's queue, and a middleware that lets
+    # the first message run before any after_worker_boot hook (Dramatiq starts the worker threads
+    # between before_worker_boot and after_worker_boot)
+    engine = make_engine(f"sqlite:///{tmp_path / 'first.db'}")
+    upgrade(engine)
+    specs = all_lanes({})
+    broker = StubBroker(middleware=[])
+    first = _FirstMessage(engine)
+    broker.add_middleware(first)
+    lease = LeaseMiddleware(specs, engine_factory=lambda: engine, heartbeat_interval=0.1)
+    broker.add_middleware(lease)
+    broker.declare_queue("photojobs.noop")
+    probe = dramatiq.actor(lambda: None, broker=broker, queue_name="photojobs.noop", actor_name="probe")
+    probe.send()
+    broker.emit_after("process_boot")
+    # When the worker boots
+    worker = dramatiq.Worker(broker, queues={"photojobs.noop"}, worker_timeout=50, worker_threads=1)
+    worker.start()
+    try:
+        assert first.started.wait(30), "the message never ran"
+        # Then the registry already listed the worker when its first message started
+        assert first.registry == [lease.worker]
+    finally:
+        worker.stop()
+        lease.heartbeat.stop()
     engine.dispose()
