@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import socket
 import threading
 import uuid
@@ -29,6 +30,7 @@ from store.dispatch import take_for_dispatch
 from store.errors import DETERMINISTIC, UNAVAILABLE, StaleLease, classify_store_error, error_text
 from store.events import emit
 from store.fencing import fenced
+from store.items import lane_lock_request
 from store.lanes import ACTOR_PREFIX, LaneSpec
 
 from . import failpoints
@@ -60,11 +62,15 @@ class LeaseMiddleware(Middleware):
         heartbeat_interval: float | None = None,
         publisher_factory: Any | None = None,
         locks: LockMiddleware | None = None,
+        chain_claims: bool = True,
     ) -> None:
         """``heartbeat_interval``: ``PHOTOJOBS_HEARTBEAT_INTERVAL`` if set; None derives it from the
         shortest lease TTL of the lanes this worker serves (``heartbeat_interval_for``).
         ``locks``: the broker's ``LockMiddleware``, whose lock request each claim carries out in its
-        own transaction (without one, each lane's declared lock mode is used)."""
+        own transaction (without one, each lane's declared lock mode is used).
+        ``chain_claims``: a successful finish also claims the next message waiting in this worker
+        process's work queue, in the same write transaction (``_chain``); off, every message is
+        claimed in a transaction of its own."""
         self.locks = locks
         self.specs = specs
         self.by_actor = {s.actor: s for s in specs.values()}
@@ -79,6 +85,12 @@ class LeaseMiddleware(Middleware):
         self.worker = worker_identity()
         self.rejected = 0
         self.presence = Presence(self)  # the worker registry entry (store.workers)
+        self.chain_claims = chain_claims
+        self._worker: dramatiq.Worker | None = None
+        # Leases claimed by a finish for a message still in the work queue: message id -> context.
+        self._preclaimed: dict[str, ItemContext] = {}
+        self._preclaimed_lock = threading.Lock()
+        self.chained = 0  # claims made in a finishing transaction (tests, benchmarks)
 
     # -- process lifetime ---------------------------------------------------------
     @property
@@ -121,11 +133,18 @@ class LeaseMiddleware(Middleware):
         self.presence.boot(s.name for s in served)
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        self._worker = worker  # its work queue: the messages a finish may claim (``_chain``)
         failpoints.hit("worker.boot")  # tests: a worker process that dies while booting
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        self.chain_claims = False
         if self._heartbeat is not None:
             self._heartbeat.stop_all(STOP_SHUTDOWN, "worker shutting down")
+        with self._preclaimed_lock:
+            waiting = list(self._preclaimed.values())
+            self._preclaimed.clear()
+        for ctx in waiting:
+            self._release(ctx, "worker shutting down before the item started")
         self.presence.stop()
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
@@ -171,6 +190,10 @@ class LeaseMiddleware(Middleware):
         if reason:
             self._reject(message, reason)
         item_id, token = message.args
+        ctx = self._take_preclaimed(message)
+        if ctx is not None:  # claimed by the finish of this process's last item (``_chain``)
+            set_current(ctx)
+            return
         locks = self.locks.request_for(spec, item_id) if self.locks is not None else store_items.LANE_LOCKS
         try:
             outcome = store_items.claim(self.engine, spec, item_id, token, self.worker, locks)
@@ -233,6 +256,58 @@ class LeaseMiddleware(Middleware):
         if ctx is not None and message.actor_name == ctx.spec.actor:
             set_current(None)
             self.heartbeat.remove(ctx.item_id)
+        with self._preclaimed_lock:  # skipped before this middleware saw it: its lease goes back
+            waiting = self._preclaimed.pop(message.message_id, None)
+        if waiting is not None:
+            self._release(waiting, "message skipped before the item started")
+
+    # -- chained claims -----------------------------------------------------------
+    def _take_preclaimed(self, message: dramatiq.Message) -> ItemContext | None:
+        with self._preclaimed_lock:
+            ctx = self._preclaimed.pop(message.message_id, None)
+        if ctx is None:
+            return None
+        if list(message.args) != [ctx.item_id, ctx.lease.token - 1]:  # not the message it was claimed for
+            self._release(ctx, "claimed for another message")
+            return None
+        return ctx
+
+    def _release(self, ctx: ItemContext, reason: str) -> None:
+        """A chained claim whose item never started: back to ready without using an attempt."""
+        self.heartbeat.remove(ctx.item_id)
+        try:
+            self._fenced(ctx, "stop", lambda s: store_items.stop(s, ctx.lease, self.worker, reason))
+        except StaleLease:
+            pass  # revoked meanwhile: nothing to give back
+        except Exception:  # noqa: BLE001 - the lease expires and the sweeper revokes it
+            log.warning("could not release item %s; its lease will expire", ctx.item_id, exc_info=True)
+
+    def _next_message(self) -> tuple[Any, LaneSpec] | None:
+        """The next message of this process's work queue, taken out while its claim is made
+        (``_put_back`` returns it, in front again), when it is a valid lane message."""
+        worker = self._worker
+        if not self.chain_claims or worker is None:
+            return None
+        try:
+            entry = worker.work_queue.get_nowait()
+        except queue.Empty:
+            return None
+        msg = entry.message
+        spec = self.by_actor.get(msg.actor_name)
+        if (
+            spec is None
+            or msg.queue_name != spec.queue
+            or spec.message_args_valid(list(msg.args), msg.kwargs)
+            or msg.message_id in self._preclaimed
+        ):
+            self._put_back(entry)
+            return None
+        return entry, spec
+
+    def _put_back(self, entry: Any) -> None:
+        assert self._worker is not None
+        self._worker.work_queue.put(entry)  # its priority and queue time: at the front again
+        self._worker.work_queue.task_done()  # the put counted a second task for one message
 
     # -- finishing ----------------------------------------------------------------
     def finish(
@@ -270,8 +345,51 @@ class LeaseMiddleware(Middleware):
 
     def _succeed(self, ctx: ItemContext, result: Any) -> None:
         payload = result if isinstance(result, dict) or result is None else {"value": result}
-        with fenced(self.engine, ctx.lease.item_id, ctx.lease.token, worker=self.worker, what="succeed") as s:
+        nxt = self._next_message()
+
+
+        def finish(s: Session) -> None:
             store_items.succeed(s, ctx.lease, payload, self.worker, ctx.at_finish)
+
+        if nxt is None:
+            self._fenced(ctx, "succeed", finish)
+            return
+        entry, spec = nxt
+        msg = entry.message
+        item_id, token = msg.args
+        request = self.locks.request_for(spec, item_id) if self.locks is not None else lane_lock_request(spec)
+        chained: list[store_items.Lease] = []
+
+        def finish_and_claim(s: Session) -> None:
+            finish(s)
+            chained.clear()
+            lease = store_items.claim_chained(s, spec, item_id, token, self.worker, request)
+            if lease is not None:
+                chained.append(lease)
+
+        try:
+            self._fenced(ctx, "succeed", finish_and_claim)
+            if chained:
+                self._hold_preclaimed(msg.message_id, spec, chained[0])
+        finally:
+            self._put_back(entry)
+
+    def _hold_preclaimed(self, message_id: str, spec: LaneSpec, lease: store_items.Lease) -> None:
+        """A chained claim committed: its lease is renewed from now, and the message's
+        ``before_process_message`` (in whichever thread takes it) runs with it."""
+        if self.locks is not None:
+            self.locks.claimed(lease.item_id)
+        ctx = ItemContext(lease=lease, spec=spec, engine=self.engine, worker=self.worker)
+        self.heartbeat.add(ctx)
+        with self._preclaimed_lock:
+            self._preclaimed[message_id] = ctx
+        self.chained += 1
+
+    def _fenced(self, ctx: ItemContext, what: str, write: Any) -> None:
+        """``write(session)`` committed through the item's fence."""
+        lease = ctx.lease
+        with fenced(self.engine, lease.item_id, lease.token, worker=self.worker, what=what) as s:
+            write(s)
 
     def top_up(self, broker: dramatiq.Broker, ctx: ItemContext) -> None:
         """Refill this lane (and the next one of the job) so workers don't wait for the sweeper."""

@@ -31,6 +31,17 @@ def _float(env: dict[str, str], key: str, default: float) -> float:
     return value
 
 
+def _switch(env: dict[str, str], key: str, default: bool) -> bool:
+    raw = (env.get(key) or "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(key, f"must be 1/true/on or 0/false/off, not {env[key]!r}")
+
+
 def _int(env: dict[str, str], key: str, default: int) -> int:
     raw = env.get(key)
     if raw is None or raw == "":
@@ -128,6 +139,7 @@ class Settings:
     republish_after: float = 5.0
     max_attempts: int = 3
     forget_workers_after: float = 3600.0  # the sweeper forgets a worker not heard from for this long
+    chain_claims: bool = True  # PHOTOJOBS_CHAIN_CLAIMS: a finish claims the worker's next message
     env: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
@@ -168,6 +180,7 @@ class Settings:
             republish_after=_float(env, "PHOTOJOBS_REPUBLISH_AFTER", 5.0),
             max_attempts=_int(env, "PHOTOJOBS_MAX_ATTEMPTS", 3),
             forget_workers_after=_float(env, "PHOTOJOBS_FORGET_WORKERS_AFTER", 3600.0),
+            chain_claims=_switch(env, "PHOTOJOBS_CHAIN_CLAIMS", True),
             env=env,
         )
         all_lanes(env)  # the lane overrides: ConfigError naming the variable

@@ -39,6 +39,7 @@ def setup_worker_broker(settings: Settings | None = None) -> RedisBroker:
         heartbeat_interval=settings.heartbeat_explicit,
         publisher_factory=lambda broker: RedisPublisher(broker, specs),
         locks=locks,
+        chain_claims=settings.chain_claims,
     )
     broker = build_broker(settings.redis_url, [locks, lease])
     dramatiq.set_broker(broker)

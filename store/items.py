@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, Select, and_, literal, select, tuple_, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from .clock import db_now
 from .engine import reader
-from .errors import StaleLease
+from .errors import TRANSIENT, StaleLease, classify_store_error
 from .events import emit, emit_many
 from .lanes import NO_LOCK, LaneSpec
 from .models import (
@@ -146,65 +147,98 @@ def claim(
     """
     request = lane_lock_request(spec) if locks is LANE_LOCKS else locks
     assert request is None or isinstance(request, LockRequest)
-    params = {"item_id": item_id, "token": token, "lane": spec.name, "worker": worker, "ttl": spec.lease_ttl}
     try:
         with engine.begin() as conn:
-            dialect = conn.dialect.name
-            row = conn.execute(claim_sql(dialect), params).first()
-            if row is None:
-                lease = None
-            else:
-                photo_ids = (row.photo_id,) if row.photo_id is not None else _bundle_photo_ids(conn, item_id)
-                new_token = row.fencing_token
-                holds = request is not None and bool(photo_ids)
-                current: dict[int, str] = {}
-                if holds:
-                    conflict = take_photo_locks(conn, item_id, photo_ids, request, new_token, current)  # type: ignore[arg-type]
-                    if conflict is not None:
-                        raise _LockConflict(conflict)  # rolls the claim back
-                    if row.photo_id is None:
-                        # A bundle's thousands of lock rows take time: its lease runs from now.
-                        conn.execute(
-                            update(Item)
-                            .where(Item.id == item_id)
-                            .values(lease_expires_at=db_now() + spec.lease_ttl)
-                        )
-                conn.execute(
-                    event_sql(dialect),
-                    {
-                        "type": "item_claimed",
-                        "job_id": row.job_id,
-                        "item_id": item_id,
-                        "photo_id": row.photo_id,
-                        "lane": spec.name,
-                        "attempt": row.attempt,
-                        "token": new_token,
-                        "worker": worker,
-                        "detail": {"photos": list(photo_ids)} if len(photo_ids) > 1 else None,
-                    },
-                )
-                lanes = tuple(row.lanes or ())
-                lease = Lease(
-                    item_id=item_id,
-                    token=new_token,
-                    job_id=row.job_id,
-                    lane=spec.name,
-                    position=row.position,
-                    photo_id=row.photo_id,
-                    photo_ids=tuple(photo_ids),
-                    attempt=row.attempt,
-                    checkpoint=row.checkpoint,
-                    params=dict(row.params or {}),
-                    roots=list(row.roots or []),
-                    photo_path=current.get(row.photo_id, row.photo_path),
-                    job_lanes=lanes,
-                    holds_locks=holds,
-                )
+            lease = _claim_in(conn, spec, item_id, token, worker, request)
     except _LockConflict as exc:
         return _defer_locked(engine, spec, item_id, token, worker, request, exc.conflict)  # type: ignore[arg-type]
     if lease is not None:
         return ClaimOutcome(lease, "claimed")
     return _not_claimed(engine, spec, item_id, token, worker, locks, _retried)
+
+
+def claim_chained(
+    s: Session, spec: LaneSpec, item_id: int, token: int, worker: str, request: LockRequest | None
+) -> Lease | None:
+    """The claim of ``claim``, made inside another transaction: the finish of the item the same
+    worker thread just ran (``middleware.lease``: chained claims), so one write transaction ends
+    one item and starts the next. The same compare-and-set, lock request and ``item_claimed``
+    event; it commits or rolls back with that transaction. None — and nothing of it written —
+    when the item is not claimable now or a photo is locked (a savepoint is rolled back; a claim
+    without a lock request writes nothing unless its compare-and-set matched); the message's own
+    claim then runs and says why."""
+    conn = s.connection()
+    if request is None:
+        return _claim_in(conn, spec, item_id, token, worker, None)
+    try:
+        with s.begin_nested():
+            return _claim_in(s.connection(), spec, item_id, token, worker, request)
+    except _LockConflict:
+        return None
+    except DBAPIError as exc:  # a lock wait the database broke (deadlock): the message's claim retries
+        if classify_store_error(exc) != TRANSIENT:
+            raise
+        return None
+
+
+def _claim_in(
+    conn: Connection, spec: LaneSpec, item_id: int, token: int, worker: str, request: LockRequest | None
+) -> Lease | None:
+    """The claim's writes on ``conn`` (see ``claim``): the lease, None when the compare-and-set
+    matched no row; raises ``_LockConflict`` (the caller rolls back) when a photo is locked."""
+    params = {"item_id": item_id, "token": token, "lane": spec.name, "worker": worker, "ttl": spec.lease_ttl}
+    dialect = conn.dialect.name
+    row = conn.execute(claim_sql(dialect), params).first()
+    if row is None:
+        lease = None
+    else:
+        photo_ids = (row.photo_id,) if row.photo_id is not None else _bundle_photo_ids(conn, item_id)
+        new_token = row.fencing_token
+        holds = request is not None and bool(photo_ids)
+        current: dict[int, str] = {}
+        if holds:
+            conflict = take_photo_locks(conn, item_id, photo_ids, request, new_token, current)  # type: ignore[arg-type]
+            if conflict is not None:
+                raise _LockConflict(conflict)  # rolls the claim back
+            if row.photo_id is None:
+                # A bundle's thousands of lock rows take time: its lease runs from now.
+                conn.execute(
+                    update(Item)
+                    .where(Item.id == item_id)
+                    .values(lease_expires_at=db_now() + spec.lease_ttl)
+                )
+        conn.execute(
+            event_sql(dialect),
+            {
+                "type": "item_claimed",
+                "job_id": row.job_id,
+                "item_id": item_id,
+                "photo_id": row.photo_id,
+                "lane": spec.name,
+                "attempt": row.attempt,
+                "token": new_token,
+                "worker": worker,
+                "detail": {"photos": list(photo_ids)} if len(photo_ids) > 1 else None,
+            },
+        )
+        lanes = tuple(row.lanes or ())
+        lease = Lease(
+            item_id=item_id,
+            token=new_token,
+            job_id=row.job_id,
+            lane=spec.name,
+            position=row.position,
+            photo_id=row.photo_id,
+            photo_ids=tuple(photo_ids),
+            attempt=row.attempt,
+            checkpoint=row.checkpoint,
+            params=dict(row.params or {}),
+            roots=list(row.roots or []),
+            photo_path=current.get(row.photo_id, row.photo_path),
+            job_lanes=lanes,
+            holds_locks=holds,
+        )
+    return lease
 
 
 def _bundle_photo_ids(conn: Connection, item_id: int) -> tuple[int, ...]:
