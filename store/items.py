@@ -13,17 +13,17 @@ they pass to the intent (``photo_locks.intent_id``) and are released when it is 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, Select, and_, literal, select, tuple_, update
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from .clock import db_now
 from .engine import reader
-from .errors import TRANSIENT, StaleLease, classify_store_error
+from .errors import TRANSIENT, StaleLease, classify_store_error, error_text
 from .events import emit, emit_many
 from .lanes import NO_LOCK, LaneSpec
 from .models import (
@@ -57,6 +57,7 @@ from .statements import (
     renew_sql,
 )
 
+log = logging.getLogger("photojobs.store")
 RECORDED_INTENT = "recorded"  # store.intents.RECORDED (that module imports this one)
 T = TypeVar("T")
 UNFINISHED = (WAITING, PENDING, QUEUED, RUNNING, PAUSED)
@@ -163,21 +164,17 @@ def claim_chained(
     """The claim of ``claim``, made inside another transaction: the finish of the item the same
     worker thread just ran (``middleware.lease``: chained claims), so one write transaction ends
     one item and starts the next. The same compare-and-set, lock request and ``item_claimed``
-    event; it commits or rolls back with that transaction. None — and nothing of it written —
-    when the item is not claimable now or a photo is locked (a savepoint is rolled back; a claim
-    without a lock request writes nothing unless its compare-and-set matched); the message's own
-    claim then runs and says why."""
-    conn = s.connection()
-    if request is None:
-        return _claim_in(conn, spec, item_id, token, worker, None)
+    event, in a savepoint: None — and nothing of it written, the finish unharmed — when the item is
+    not claimable now, a photo is locked, or the claim raised (logged; a deadlock the database
+    broke, a bug); the message's own claim then runs and says why."""
     try:
         with s.begin_nested():
             return _claim_in(s.connection(), spec, item_id, token, worker, request)
     except _LockConflict:
         return None
-    except DBAPIError as exc:  # a lock wait the database broke (deadlock): the message's claim retries
-        if classify_store_error(exc) != TRANSIENT:
-            raise
+    except Exception as exc:  # noqa: BLE001 - the finish goes on; the message claims on its own
+        level = logging.DEBUG if classify_store_error(exc) == TRANSIENT else logging.WARNING
+        log.log(level, "chained claim of item %s failed (%s); it claims on its own", item_id, error_text(exc))
         return None
 
 

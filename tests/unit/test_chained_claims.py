@@ -5,6 +5,7 @@ default)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -192,3 +193,39 @@ def test_a_claimed_item_that_never_started_goes_back_at_shutdown_without_using_a
     assert h.ran == [a]
     [released] = h.events("item_released")
     assert released.item_id == b and "before the item started" in released.detail["reason"]  # type: ignore[index]
+
+
+def test_a_chained_claim_that_raises_leaves_the_finish_whole(
+    sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given two dispatched items, and a claim that raises whenever it runs inside a savepoint
+    # (the chained claim; the message's own claim runs in a transaction of its own)
+    from store import items as store_items
+
+    real = store_items._claim_in
+
+    def broken(conn: Any, *args: Any) -> Any:
+        if conn.in_nested_transaction():
+            raise RuntimeError("chained claim broken for the test")
+        return real(conn, *args)
+
+    monkeypatch.setattr(store_items, "_claim_in", broken)
+    caplog.set_level(logging.WARNING, logger="photojobs.store")
+    h = Harness(sqlite_engine)
+    (a, ta), (b, tb) = h.submit_and_dispatch(2)
+    h.body = lambda ctx: (h.wait_for_queued_messages(ctx) if ctx.item_id == a else None, {"ok": True})[1]
+    h.broker.enqueue(lane_message(SPEC, a, ta))
+    h.broker.enqueue(lane_message(SPEC, b, tb))
+    # When the worker runs them
+    h.worker.start()
+    try:
+        h.broker.join(SPEC.queue)
+        h.worker.join()
+    finally:
+        h.close()
+    # Then the first item's finish committed, the second was claimed by its own message and ran,
+    # and the failed chained claim was logged
+    assert h.ran == [a, b] and h.lease.chained == 0
+    assert h.item(a).state == "succeeded" and h.item(b).state == "succeeded"
+    assert [h.item(i).attempt for i in (a, b)] == [1, 1]
+    assert any("chained claim of item" in r.getMessage() for r in caplog.records)
