@@ -18,7 +18,8 @@ import queue
 import socket
 import threading
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
@@ -32,6 +33,7 @@ from store.events import emit
 from store.fencing import fenced
 from store.items import lane_lock_request
 from store.lanes import ACTOR_PREFIX, LaneSpec
+from store.photo_locks import LockRequest
 
 from . import failpoints
 from .context import STOP_LOST, STOP_SHUTDOWN, ItemContext, Stopped, peek_current, set_current
@@ -40,6 +42,7 @@ from .locks import LockMiddleware
 from .presence import Presence
 
 log = logging.getLogger("photojobs.lease")
+T = TypeVar("T")
 
 
 def worker_identity() -> str:
@@ -69,7 +72,7 @@ class LeaseMiddleware(Middleware):
         ``locks``: the broker's ``LockMiddleware``, whose lock request each claim carries out in its
         own transaction (without one, each lane's declared lock mode is used).
         ``chain_claims``: a successful finish also claims the next message waiting in this worker
-        process's work queue, in the same write transaction (``_chain``); off, every message is
+        process's work queue, in the same write transaction (``_succeed``); off, every message is
         claimed in a transaction of its own."""
         self.locks = locks
         self.specs = specs
@@ -133,7 +136,7 @@ class LeaseMiddleware(Middleware):
         self.presence.boot(s.name for s in served)
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
-        self._worker = worker  # its work queue: the messages a finish may claim (``_chain``)
+        self._worker = worker  # its work queue: the messages a finish may claim (``_succeed``)
         failpoints.hit("worker.boot")  # tests: a worker process that dies while booting
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
@@ -177,24 +180,32 @@ class LeaseMiddleware(Middleware):
             log.warning("rejected message %s on %s: %s", message.message_id, message.queue_name, reason)
             self.record_rejection(message.queue_name, message.actor_name, reason, repr(message.args)[:200])
 
+    def _lane_of(self, message: dramatiq.Message) -> tuple[LaneSpec | None, str]:
+        """The lane of a lane actor's message, and what is wrong with the message ("" if nothing)."""
+        spec = self.by_actor.get(message.actor_name)
+        if spec is None:
+            return None, f"unknown lane actor {message.actor_name!r}"
+        if message.queue_name != spec.queue:
+            return spec, f"{spec.name} message arrived on queue {message.queue_name!r}"
+        return spec, spec.message_args_valid(list(message.args), message.kwargs) or ""
+
+    def _lock_request(self, spec: LaneSpec, item_id: int) -> LockRequest | None:
+        """The photo locks a claim of the item takes: the lock middleware's request, else the lane's."""
+        return self.locks.request_for(spec, item_id) if self.locks is not None else lane_lock_request(spec)
+
     def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:
         if not message.actor_name.startswith(ACTOR_PREFIX):
             return  # not a lane message; leave it to its actor
-        spec = self.by_actor.get(message.actor_name)
-        if spec is None:
-            self._reject(message, f"unknown lane actor {message.actor_name!r}")
-            return
-        if message.queue_name != spec.queue:
-            self._reject(message, f"{spec.name} message arrived on queue {message.queue_name!r}")
-        reason = spec.message_args_valid(list(message.args), message.kwargs)
+        spec, reason = self._lane_of(message)
         if reason:
             self._reject(message, reason)
+        assert spec is not None
         item_id, token = message.args
         ctx = self._take_preclaimed(message)
-        if ctx is not None:  # claimed by the finish of this process's last item (``_chain``)
+        if ctx is not None:  # claimed by the finish of this process's last item (``_succeed``)
             set_current(ctx)
             return
-        locks = self.locks.request_for(spec, item_id) if self.locks is not None else store_items.LANE_LOCKS
+        locks = self._lock_request(spec, item_id)
         try:
             outcome = store_items.claim(self.engine, spec, item_id, token, self.worker, locks)
         except Exception as exc:  # noqa: BLE001 - judged below: unavailable, transient or deterministic
@@ -256,15 +267,17 @@ class LeaseMiddleware(Middleware):
         if ctx is not None and message.actor_name == ctx.spec.actor:
             set_current(None)
             self.heartbeat.remove(ctx.item_id)
-        with self._preclaimed_lock:  # skipped before this middleware saw it: its lease goes back
-            waiting = self._preclaimed.pop(message.message_id, None)
+        waiting = self._pop_preclaimed(message.message_id)  # skipped before this middleware saw it
         if waiting is not None:
             self._release(waiting, "message skipped before the item started")
 
     # -- chained claims -----------------------------------------------------------
-    def _take_preclaimed(self, message: dramatiq.Message) -> ItemContext | None:
+    def _pop_preclaimed(self, message_id: str) -> ItemContext | None:
         with self._preclaimed_lock:
-            ctx = self._preclaimed.pop(message.message_id, None)
+            return self._preclaimed.pop(message_id, None)
+
+    def _take_preclaimed(self, message: dramatiq.Message) -> ItemContext | None:
+        ctx = self._pop_preclaimed(message.message_id)
         if ctx is None:
             return None
         if list(message.args) != [ctx.item_id, ctx.lease.token - 1]:  # not the message it was claimed for
@@ -293,13 +306,8 @@ class LeaseMiddleware(Middleware):
         except queue.Empty:
             return None
         msg = entry.message
-        spec = self.by_actor.get(msg.actor_name)
-        if (
-            spec is None
-            or msg.queue_name != spec.queue
-            or spec.message_args_valid(list(msg.args), msg.kwargs)
-            or msg.message_id in self._preclaimed
-        ):
+        spec, reason = self._lane_of(msg)
+        if spec is None or reason or msg.message_id in self._preclaimed:
             self._put_back(entry)
             return None
         return entry, spec
@@ -329,13 +337,12 @@ class LeaseMiddleware(Middleware):
                 if exception.kind == STOP_LOST:
                     log.warning("item %s token %s: lease lost; nothing written", lease.item_id, lease.token)
                     return
-                with fenced(self.engine, lease.item_id, lease.token, worker=self.worker, what="stop") as s:
-                    store_items.stop(s, lease, self.worker, str(exception))
+                self._fenced(ctx, "stop", lambda s: store_items.stop(s, lease, self.worker, str(exception)))
                 return
             permanent = isinstance(exception, throws)
             error = str(exception) if permanent else f"{type(exception).__name__}: {exception}"
-            with fenced(self.engine, lease.item_id, lease.token, worker=self.worker, what="fail") as s:
-                store_items.fail(s, spec, lease, error, self.worker, retry=not permanent)
+            retry, who = not permanent, self.worker
+            self._fenced(ctx, "fail", lambda s: store_items.fail(s, spec, lease, error, who, retry=retry))
         except StaleLease as exc:
             log.warning("commit refused, lease is stale: %s", exc)
         except Exception:  # noqa: BLE001 - the store is down: the lease expires and the sweeper retries
@@ -344,9 +351,10 @@ class LeaseMiddleware(Middleware):
             )
 
     def _succeed(self, ctx: ItemContext, result: Any) -> None:
+        """The fenced success; with the claim of the next message waiting in the work queue
+        (``_next_message``) in the same transaction."""
         payload = result if isinstance(result, dict) or result is None else {"value": result}
         nxt = self._next_message()
-
 
         def finish(s: Session) -> None:
             store_items.succeed(s, ctx.lease, payload, self.worker, ctx.at_finish)
@@ -357,20 +365,16 @@ class LeaseMiddleware(Middleware):
         entry, spec = nxt
         msg = entry.message
         item_id, token = msg.args
-        request = self.locks.request_for(spec, item_id) if self.locks is not None else lane_lock_request(spec)
-        chained: list[store_items.Lease] = []
+        request = self._lock_request(spec, item_id)
 
-        def finish_and_claim(s: Session) -> None:
+        def finish_and_claim(s: Session) -> store_items.Lease | None:
             finish(s)
-            chained.clear()
-            lease = store_items.claim_chained(s, spec, item_id, token, self.worker, request)
-            if lease is not None:
-                chained.append(lease)
+            return store_items.claim_chained(s, spec, item_id, token, self.worker, request)
 
         try:
-            self._fenced(ctx, "succeed", finish_and_claim)
-            if chained:
-                self._hold_preclaimed(msg.message_id, spec, chained[0])
+            chained = self._fenced(ctx, "succeed", finish_and_claim)
+            if chained is not None:
+                self._hold_preclaimed(msg.message_id, spec, chained)
         finally:
             self._put_back(entry)
 
@@ -385,11 +389,11 @@ class LeaseMiddleware(Middleware):
             self._preclaimed[message_id] = ctx
         self.chained += 1
 
-    def _fenced(self, ctx: ItemContext, what: str, write: Any) -> None:
-        """``write(session)`` committed through the item's fence."""
+    def _fenced(self, ctx: ItemContext, what: str, write: Callable[[Session], T]) -> T:
+        """``write(session)`` committed through the item's fence; its value, once committed."""
         lease = ctx.lease
         with fenced(self.engine, lease.item_id, lease.token, worker=self.worker, what=what) as s:
-            write(s)
+            return write(s)
 
     def top_up(self, broker: dramatiq.Broker, ctx: ItemContext) -> None:
         """Refill this lane (and the next one of the job) so workers don't wait for the sweeper."""

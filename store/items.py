@@ -187,55 +187,53 @@ def _claim_in(
     dialect = conn.dialect.name
     row = conn.execute(claim_sql(dialect), params).first()
     if row is None:
-        lease = None
-    else:
-        photo_ids = (row.photo_id,) if row.photo_id is not None else _bundle_photo_ids(conn, item_id)
-        new_token = row.fencing_token
-        holds = request is not None and bool(photo_ids)
-        current: dict[int, str] = {}
-        if holds:
-            conflict = take_photo_locks(conn, item_id, photo_ids, request, new_token, current)  # type: ignore[arg-type]
-            if conflict is not None:
-                raise _LockConflict(conflict)  # rolls the claim back
-            if row.photo_id is None:
-                # A bundle's thousands of lock rows take time: its lease runs from now.
-                conn.execute(
-                    update(Item)
-                    .where(Item.id == item_id)
-                    .values(lease_expires_at=db_now() + spec.lease_ttl)
-                )
-        conn.execute(
-            event_sql(dialect),
-            {
-                "type": "item_claimed",
-                "job_id": row.job_id,
-                "item_id": item_id,
-                "photo_id": row.photo_id,
-                "lane": spec.name,
-                "attempt": row.attempt,
-                "token": new_token,
-                "worker": worker,
-                "detail": {"photos": list(photo_ids)} if len(photo_ids) > 1 else None,
-            },
-        )
-        lanes = tuple(row.lanes or ())
-        lease = Lease(
-            item_id=item_id,
-            token=new_token,
-            job_id=row.job_id,
-            lane=spec.name,
-            position=row.position,
-            photo_id=row.photo_id,
-            photo_ids=tuple(photo_ids),
-            attempt=row.attempt,
-            checkpoint=row.checkpoint,
-            params=dict(row.params or {}),
-            roots=list(row.roots or []),
-            photo_path=current.get(row.photo_id, row.photo_path),
-            job_lanes=lanes,
-            holds_locks=holds,
-        )
-    return lease
+        return None
+    photo_ids = (row.photo_id,) if row.photo_id is not None else _bundle_photo_ids(conn, item_id)
+    new_token = row.fencing_token
+    holds = request is not None and bool(photo_ids)
+    current: dict[int, str] = {}
+    if holds:
+        conflict = take_photo_locks(conn, item_id, photo_ids, request, new_token, current)  # type: ignore[arg-type]
+        if conflict is not None:
+            raise _LockConflict(conflict)  # rolls the claim back
+        if row.photo_id is None:
+            # A bundle's thousands of lock rows take time: its lease runs from now.
+            conn.execute(
+                update(Item)
+                .where(Item.id == item_id)
+                .values(lease_expires_at=db_now() + spec.lease_ttl)
+            )
+    conn.execute(
+        event_sql(dialect),
+        {
+            "type": "item_claimed",
+            "job_id": row.job_id,
+            "item_id": item_id,
+            "photo_id": row.photo_id,
+            "lane": spec.name,
+            "attempt": row.attempt,
+            "token": new_token,
+            "worker": worker,
+            "detail": {"photos": list(photo_ids)} if len(photo_ids) > 1 else None,
+        },
+    )
+    lanes = tuple(row.lanes or ())
+    return Lease(
+        item_id=item_id,
+        token=new_token,
+        job_id=row.job_id,
+        lane=spec.name,
+        position=row.position,
+        photo_id=row.photo_id,
+        photo_ids=tuple(photo_ids),
+        attempt=row.attempt,
+        checkpoint=row.checkpoint,
+        params=dict(row.params or {}),
+        roots=list(row.roots or []),
+        photo_path=current.get(row.photo_id, row.photo_path),
+        job_lanes=lanes,
+        holds_locks=holds,
+    )
 
 
 def _bundle_photo_ids(conn: Connection, item_id: int) -> tuple[int, ...]:
