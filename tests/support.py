@@ -187,6 +187,23 @@ def item_states(engine: Engine, job_id: int) -> dict[str, int]:
         )
 
 
+def item_row(engine: Engine, item_id: int) -> Item:
+    """The item's row (it must exist)."""
+    with Session(engine) as s:
+        row = s.get(Item, item_id)
+        assert row is not None, f"no item {item_id}"
+        return row
+
+
+def events_of(engine: Engine, type: str, item_id: int | None = None) -> list[Event]:
+    """The events of ``type`` (of one item, if given), in id order."""
+    with Session(engine) as s:
+        q = select(Event).where(Event.type == type)
+        if item_id is not None:
+            q = q.where(Event.item_id == item_id)
+        return list(s.execute(q.order_by(Event.id)).scalars())
+
+
 def items_of(engine: Engine, job_id: int) -> list[Item]:
     with Session(engine) as s:
         return list(s.execute(select(Item).where(Item.job_id == job_id).order_by(Item.id)).scalars())

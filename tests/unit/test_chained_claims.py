@@ -8,26 +8,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import dramatiq
 import pytest
 from dramatiq.brokers.stub import StubBroker
-from sqlalchemy import Engine, event, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Engine, event
 
 from middleware.context import ItemContext, current
 from middleware.lease import LeaseMiddleware
 from photojobs.broker import lane_message
 from store import jobs as store_jobs
 from store.dispatch import take_for_dispatch
-from store.engine import make_engine
 from store.lanes import lane_spec
 from store.models import Event, Item
-from store.schema import upgrade
+from tests.support import events_of, item_row
 
 SPEC = replace(lane_spec("noop", env={}), max_attempts=2, bound=16)
 
@@ -66,36 +63,32 @@ class Harness:
             time.sleep(0.005)
 
     def item(self, item_id: int) -> Item:
-        with Session(self.engine) as s:
-            row = s.get(Item, item_id)
-            assert row is not None
-            return row
+        return item_row(self.engine, item_id)
 
     def events(self, type: str) -> list[Event]:
-        with Session(self.engine) as s:
-            return list(s.execute(select(Event).where(Event.type == type).order_by(Event.id)).scalars())
+        return events_of(self.engine, type)
+
+    def run_to_end(self) -> int:
+        """Start the worker, wait until every message was processed, stop it; returns the write
+        transactions committed meanwhile, less the worker's registry entry at boot."""
+        commits = [0]
+
+        def on_commit(conn: Any) -> None:
+            commits[0] += 1
+
+        event.listen(self.engine, "commit", on_commit)
+        self.worker.start()
+        try:
+            self.broker.join(SPEC.queue)
+            self.worker.join()
+            return commits[0] - 1
+        finally:
+            event.remove(self.engine, "commit", on_commit)
+            self.close()
 
     def close(self) -> None:
         self.worker.stop(timeout=5000)
         self.lease.heartbeat.stop()
-
-
-@pytest.fixture
-def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
-    engine = make_engine(f"sqlite:///{tmp_path / 'unit.db'}")
-    upgrade(engine)
-    yield engine
-    engine.dispose()
-
-
-def _count_commits(engine: Engine) -> list[int]:
-    commits = [0]
-
-    def on_commit(conn: Any) -> None:
-        commits[0] += 1
-
-    event.listen(engine, "commit", on_commit)
-    return commits
 
 
 def test_each_finish_claims_the_next_waiting_message_in_its_own_transaction(sqlite_engine: Engine) -> None:
@@ -107,14 +100,7 @@ def test_each_finish_claims_the_next_waiting_message_in_its_own_transaction(sqli
     for item_id, token in published:
         h.broker.enqueue(lane_message(SPEC, item_id, token))
     # When the worker runs them
-    commits = _count_commits(sqlite_engine)
-    h.worker.start()
-    try:
-        h.broker.join(SPEC.queue)
-        h.worker.join()
-        during = commits[0] - 1  # less the worker's registry entry at boot
-    finally:
-        h.close()
+    during = h.run_to_end()
     # Then each ran once and succeeded; the first was claimed on its own, the other four by the
     # finish of the one before: 5 finishes + 1 claim = 6 write transactions instead of 10
     ids = [i for i, _ in published]
@@ -136,12 +122,7 @@ def test_a_stale_message_is_not_claimed_by_a_finish(sqlite_engine: Engine) -> No
     h.broker.enqueue(lane_message(SPEC, a, ta))
     h.broker.enqueue(lane_message(SPEC, b, tb + 7))
     # When the worker runs the first
-    h.worker.start()
-    try:
-        h.broker.join(SPEC.queue)
-        h.worker.join()
-    finally:
-        h.close()
+    h.run_to_end()
     # Then the finish claimed nothing (the compare-and-set on the token), the stale message was
     # rejected by its own claim, and the second item is still queued, untouched
     assert h.ran == [a] and h.lease.chained == 0
@@ -217,12 +198,7 @@ def test_a_chained_claim_that_raises_leaves_the_finish_whole(
     h.broker.enqueue(lane_message(SPEC, a, ta))
     h.broker.enqueue(lane_message(SPEC, b, tb))
     # When the worker runs them
-    h.worker.start()
-    try:
-        h.broker.join(SPEC.queue)
-        h.worker.join()
-    finally:
-        h.close()
+    h.run_to_end()
     # Then the first item's finish committed, the second was claimed by its own message and ran,
     # and the failed chained claim was logged
     assert h.ran == [a, b] and h.lease.chained == 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -21,20 +20,11 @@ from photojobs.broker import lane_message
 from photos.errors import PhotoError, UnreadableImage
 from store import jobs as store_jobs
 from store.dispatch import take_for_dispatch
-from store.engine import make_engine
 from store.lanes import lane_spec
 from store.models import Event, Item
-from store.schema import upgrade
+from tests.support import events_of, item_row
 
 SPEC = replace(lane_spec("noop", env={}), max_attempts=2, backoff=30.0)
-
-
-@pytest.fixture
-def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
-    engine = make_engine(f"sqlite:///{tmp_path / 'unit.db'}")
-    upgrade(engine)
-    yield engine
-    engine.dispose()
 
 
 class Harness:
@@ -75,14 +65,10 @@ class Harness:
         self.worker.join()
 
     def item(self, item_id: int) -> Item:
-        with Session(self.engine) as s:
-            row = s.get(Item, item_id)
-            assert row is not None
-            return row
+        return item_row(self.engine, item_id)
 
     def events(self, type: str) -> list[Event]:
-        with Session(self.engine) as s:
-            return list(s.execute(select(Event).where(Event.type == type).order_by(Event.id)).scalars())
+        return events_of(self.engine, type)
 
     def close(self) -> None:
         self.worker.stop()

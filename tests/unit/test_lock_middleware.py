@@ -4,9 +4,7 @@ race tests of photo locks are in tests/process and tests/integration)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 
 import dramatiq
 import pytest
@@ -21,22 +19,13 @@ from photojobs.broker import lane_message
 from photos.errors import PhotoError
 from store import items as store_items
 from store import jobs as store_jobs
-from store.engine import make_engine
 from store.fencing import fenced
 from store.lanes import EXCLUSIVE, NO_LOCK, SHARED, all_lanes, lane_spec
 from store.models import Event, Item, PhotoLock
-from store.schema import upgrade
+from tests.support import events_of, item_row
 
 EXIF = replace(lane_spec("exif", env={}), lock_retry=0.2)
 SPECS = {**all_lanes({}), "exif": EXIF}
-
-
-@pytest.fixture
-def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
-    engine = make_engine(f"sqlite:///{tmp_path / 'unit.db'}")
-    upgrade(engine)
-    yield engine
-    engine.dispose()
 
 
 def no_jitter() -> float:
@@ -127,15 +116,10 @@ class Harness:
         self.worker.join()
 
     def item(self, item_id: int) -> Item:
-        with Session(self.engine) as s:
-            row = s.get(Item, item_id)
-            assert row is not None
-            return row
+        return item_row(self.engine, item_id)
 
     def events(self, type: str, item_id: int) -> list[Event]:
-        with Session(self.engine) as s:
-            q = select(Event).where(Event.type == type, Event.item_id == item_id).order_by(Event.id)
-            return list(s.execute(q).scalars())
+        return events_of(self.engine, type, item_id)
 
     def close(self) -> None:
         self.worker.stop()
