@@ -72,8 +72,9 @@ class LeaseMiddleware(Middleware):
         ``locks``: the broker's ``LockMiddleware``, whose lock request each claim carries out in its
         own transaction (without one, each lane's declared lock mode is used).
         ``chain_claims``: a successful finish also claims the next message waiting in this worker
-        process's work queue, in the same write transaction (``_succeed``); off, every message is
-        claimed in a transaction of its own."""
+        process's work queue, in the same write transaction (``_succeed``), where the store allows
+        it (``store.items.can_chain_claims``: SQLite); off, every message is claimed in a
+        transaction of its own."""
         self.locks = locks
         self.specs = specs
         self.by_actor = {s.actor: s for s in specs.values()}
@@ -134,9 +135,10 @@ class LeaseMiddleware(Middleware):
         self.heartbeat.interval = heartbeat_interval_for(served, self.heartbeat_interval)
         log.debug("heartbeat every %.2f s for lanes %s", self.heartbeat.interval, [s.name for s in served])
         self.presence.boot(s.name for s in served)
+        self._worker = worker  # its work queue: the messages a finish may claim (``_succeed``)
+        self.chain_claims = self.chain_claims and store_items.can_chain_claims(self.engine)
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
-        self._worker = worker  # its work queue: the messages a finish may claim (``_succeed``)
         failpoints.hit("worker.boot")  # tests: a worker process that dies while booting
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
