@@ -8,6 +8,7 @@ from typing import Any
 import dramatiq
 
 from middleware.context import ItemContext, Stopped, current
+from middleware.cpu_slots import cpu_slot
 from photos.errors import PhotoError
 from store.lanes import lane_spec
 
@@ -19,7 +20,8 @@ def lane_actor(name: str) -> Callable[[Callable[[ItemContext], Any]], dramatiq.A
         def run(item_id: int, token: int) -> None:
             ctx = current()
             assert ctx.item_id == item_id, "the middleware claimed another item than the message names"
-            ctx.result = fn(ctx)  # committed by the middleware through the fence
+            with cpu_slot(ctx):  # a CPU-bound lane's work waits for a core (middleware.cpu_slots)
+                ctx.result = fn(ctx)  # committed by the middleware through the fence
 
         run.__name__ = run.__qualname__ = spec.actor
         run.__doc__ = fn.__doc__

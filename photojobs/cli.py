@@ -295,6 +295,9 @@ def worker(lanes: str, processes: int, threads: int, no_sweeper: bool, watch: Pa
     names = parse_lanes(lanes)
     if processes < 1 or threads < 1:
         raise ConfigError("--processes/--threads", "must be at least 1")
+    # The lane bounds and the top-up's share fit this fleet unless the operator set the whole
+    # fleet's size (several hosts): for this command's sweeper and its workers alike.
+    os.environ.setdefault("PHOTOJOBS_FLEET_PROCESSES", str(processes))
     settings = Settings.from_env()
     _check_redis(settings)
     upgrade(make_engine(settings.database_url))
@@ -304,7 +307,10 @@ def worker(lanes: str, processes: int, threads: int, no_sweeper: bool, watch: Pa
         click.echo(f"photojobs worker: stopped {orphans} orphaned process(es) of an earlier fleet", err=True)
     command = worker_command(names, threads, str(watch.resolve()) if watch else None)
     sup = Supervisor(
-        lambda i: command, processes, env=worker_env(threads), record=records / f"worker-{os.getpid()}.json"
+        lambda i: command,
+        processes,
+        env=worker_env(threads, processes=processes),
+        record=records / f"worker-{os.getpid()}.json",
     )
     sweeper = None if no_sweeper else Sweeper(settings)
     stop = threading.Event()

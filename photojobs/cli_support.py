@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from store.lanes import all_lanes
+from store.lanes import all_lanes, usable_cores
 
 
 def worker_command(lanes: list[str], threads: int, watch: str | None = None) -> list[str]:
@@ -36,8 +36,12 @@ def worker_command(lanes: list[str], threads: int, watch: str | None = None) -> 
     ]
 
 
-def worker_env(threads: int, base: dict[str, str] | None = None) -> dict[str, str]:
+def worker_env(threads: int, base: dict[str, str] | None = None, *, processes: int = 1) -> dict[str, str]:
+    """The environment of the ``processes`` worker processes of one ``photojobs worker``/``run``."""
     env = dict(os.environ if base is None else base)
+    # This host's cores shared out between its worker processes: the CPU-bound lanes' slots in each
+    # (``middleware.cpu_slots``), so a 2-core host with 2 processes decodes one photo per core.
+    env.setdefault("PHOTOJOBS_CPU_SLOTS", str(max(1, usable_cores() // max(1, processes))))
     # Each process holds as many messages again as it has threads, so a thread that finishes an item
     # takes the next from memory instead of waiting for the consumer's next Redis poll. A dead
     # worker strands nothing: the sweeper publishes again whatever is only in the ack set of a worker

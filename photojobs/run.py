@@ -221,7 +221,7 @@ class Runner:
             self.supervisor = Supervisor(
                 lambda i: worker_command(self.opts.lanes, self.opts.threads),
                 self.opts.workers,
-                env=worker_env(self.opts.threads, env),
+                env=worker_env(self.opts.threads, env, processes=self.opts.workers),
                 on_event=self._on_worker_event,
                 log_dir=self.state_dir / "logs",
                 record=self.state_dir / WORKERS_FILE,

@@ -48,6 +48,7 @@ from .photo_locks import Conflict, LockRequest
 from .photo_locks import take as take_photo_locks
 from .statements import (
     DROP_LOCKS,
+    DROP_LOCKS_UNLESS_INTENT,
     LIVE_INTENT,
     LOCKS_TO_INTENT,
     RENEW_KEY,
@@ -445,6 +446,8 @@ def release_locks(s: Session, item_id: int) -> int | None:
     """An item's lease ended: drop its photo locks, unless it has an unsettled intent; then the
     intent holds them (returned) until it is settled (``store.intents``)."""
     conn = s.connection()
+    if conn.execute(DROP_LOCKS_UNLESS_INTENT, {"item_id": item_id}).rowcount:
+        return None  # no unsettled intent: the rows are gone (one statement on the hot path)
     live = conn.execute(LIVE_INTENT, {"item_id": item_id}).scalar_one_or_none()
     if live is None:
         conn.execute(DROP_LOCKS, {"item_id": item_id})

@@ -20,6 +20,11 @@ NO_LOCK = ""
 
 QUEUE_PREFIX = "photojobs."
 ACTOR_PREFIX = "lane_"
+# The default broker bound's floor: the top-up dispatches when a lane's queue is down to half its
+# bound, so the bound sets the dispatch batch. 2 x threads x processes gave a CPU-bound lane like
+# analysis (2 declared threads) 8 messages, a dispatch transaction and its Redis calls every ~4
+# photos; with 32 about every 16 (README, Benchmarks: analysis).
+MIN_BOUND = 32
 
 
 @dataclass(frozen=True)
@@ -32,9 +37,10 @@ class LaneSpec:
     backoff: float = 1.0  # first retry delay; doubles per attempt
     backoff_max: float = 60.0
     threads: int = 4  # worker threads per worker process serving this lane
-    bound: int = 0  # most messages in Redis at once; 0 = 2 x threads x PHOTOJOBS_FLEET_PROCESSES
+    bound: int = 0  # most messages in Redis at once; 0 = 2 x threads x fleet processes, >= MIN_BOUND
     backlog: int = 1_000_000  # most unfinished items in the store before submit refuses
     lock_retry: float = 0.2  # delay before retrying an item whose photo is locked
+    cpu_bound: bool = False  # its work runs in one of the process's CPU slots (middleware.cpu_slots)
 
     @property
     def queue(self) -> str:
@@ -50,7 +56,7 @@ class LaneSpec:
     def effective_bound(self) -> int:
         if self.bound > 0:
             return self.bound
-        return max(2, 2 * self.threads * self.fleet_processes)
+        return max(MIN_BOUND, 2 * self.threads * self.fleet_processes)
 
     def retry_delay(self, attempt: int) -> float:
         return min(self.backoff_max, self.backoff * (2 ** max(0, attempt - 1)))
@@ -74,7 +80,7 @@ class LaneSpec:
 
 _DEFAULTS: dict[str, LaneSpec] = {
     "noop": LaneSpec("noop", NO_LOCK, threads=8, backlog=1_000_000),
-    "analysis": LaneSpec("analysis", SHARED, threads=2, time_limit=300.0),
+    "analysis": LaneSpec("analysis", SHARED, threads=2, time_limit=300.0, cpu_bound=True),
     "exif": LaneSpec("exif", EXCLUSIVE, threads=4),
     "rename": LaneSpec("rename", EXCLUSIVE, threads=4),
     "upload": LaneSpec("upload", SHARED, threads=4, time_limit=3600.0),
@@ -98,6 +104,28 @@ def _coerce(value: str, like: Any, key: str = "") -> Any:
             raise ConfigError(key, f"must be a {kind} >= 0, not {value!r}")
         return number
     return value
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which containers and taskset narrow)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def cpu_slots(env: dict[str, str] | None = None) -> int:
+    """``PHOTOJOBS_CPU_SLOTS``: items of CPU-bound lanes that do their work at once in one worker
+    process (``middleware.cpu_slots``); default the usable cores. 0 or a malformed value raises
+    ConfigError."""
+    env = dict(os.environ) if env is None else env
+    raw = env.get("PHOTOJOBS_CPU_SLOTS")
+    if raw is None or raw == "":
+        return usable_cores()
+    slots = _coerce(raw, 0, "PHOTOJOBS_CPU_SLOTS")
+    if slots < 1:
+        raise ConfigError("PHOTOJOBS_CPU_SLOTS", f"must be a whole number >= 1, not {raw!r}")
+    return int(slots)
 
 
 def lane_spec(name: str, env: dict[str, str] | None = None) -> LaneSpec:

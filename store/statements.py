@@ -210,6 +210,12 @@ LIVE_INTENT = text(
     "SELECT id FROM intents WHERE item_id = :item_id AND state = 'recorded' ORDER BY id LIMIT 1"
 ).bindparams(bindparam("item_id", type_=Integer))
 DROP_LOCKS = text("DELETE FROM photo_locks WHERE item_id = :item_id")
+# The usual release in one statement: the item's lock rows go unless it has an unsettled intent
+# (then nothing is deleted and ``store.items.release_locks`` hands them to the intent).
+DROP_LOCKS_UNLESS_INTENT = text(
+    "DELETE FROM photo_locks WHERE item_id = :item_id AND NOT EXISTS "
+    "(SELECT 1 FROM intents WHERE intents.item_id = :item_id AND intents.state = 'recorded')"
+).bindparams(bindparam("item_id", type_=Integer))
 LOCKS_TO_INTENT = text("UPDATE photo_locks SET intent_id = :intent_id WHERE item_id = :item_id")
 
 

@@ -18,8 +18,9 @@ from store import items as store_items
 from store import jobs as store_jobs
 from store.dispatch import take_for_dispatch
 from store.fencing import fenced
+from store.intents import set_photo_hash
 from store.lanes import lane_spec
-from store.models import Item
+from store.models import Item, PhotoLock
 from tests.support import event_counts
 
 NOOP = lane_spec("noop", env={})
@@ -31,6 +32,9 @@ CLAIM = 2  # UPDATE … RETURNING (token, state, lane and job checked in its WHE
 CLAIM_LOCKED = 5  # + the photo row lock, the lock conflicts read, the lock INSERT
 RENEW = 1  # UPDATE … RETURNING the job's control request
 SUCCEED_LAST_LANE = 2  # the fenced UPDATE … RETURNING + the event INSERT (no separate fence read)
+# An analysis success: the fenced UPDATE, the photo's hash, the lock rows dropped unless an intent
+# is unsettled (one DELETE … NOT EXISTS), the event INSERT
+SUCCEED_LOCKED_WITH_HASH = 4
 
 
 class Counter:
@@ -103,6 +107,29 @@ def test_a_locking_claim_stays_within_its_budget(engine: Engine, tmp_path: Path)
     assert len(claim.statements) <= CLAIM_LOCKED, (
         f"claim ran {len(claim.statements)} statements:\n{explain(claim)}"
     )
+
+
+def test_a_locking_succeed_releases_its_lock_within_its_budget(engine: Engine, tmp_path: Path) -> None:
+    # Given a claimed analysis item holding its shared photo lock
+    item = queued_item(engine, tmp_path, [ANALYSIS])
+    store_items.claim(engine, ANALYSIS, 999_999, 0, "warm-up")
+    lease = store_items.claim(engine, ANALYSIS, item.id, item.fencing_token, "w").lease
+    assert lease is not None and lease.holds_locks and lease.photo_id is not None
+    photo_id = lease.photo_id
+
+    # When it succeeds through the fence, recording the photo's hash
+    with counting(engine) as succeed:
+        with fenced(engine, lease.item_id, lease.token, worker="w", what="succeed") as s:
+            hashed = [lambda s: set_photo_hash(s, photo_id, "ab", 2)]
+            store_items.succeed(s, lease, {"sha256": "ab"}, "w", hashed)
+
+    # Then the lock is gone (no intent keeps it) and the finish stayed within its budget
+    with Session(engine) as s:
+        assert s.execute(select(PhotoLock)).first() is None
+    assert len(succeed.statements) <= SUCCEED_LOCKED_WITH_HASH, (
+        f"fenced succeed ran {len(succeed.statements)} statements:\n{explain(succeed)}"
+    )
+    assert event_counts(engine, "item_succeeded", item.job_id) == {item.id: 1}
 
 
 def test_a_stale_succeed_still_writes_nothing_within_the_budget(engine: Engine, tmp_path: Path) -> None:

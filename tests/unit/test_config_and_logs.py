@@ -99,3 +99,17 @@ def test_the_database_is_gated_apart_from_redis() -> None:
     # And an error passed as an argument (no traceback) of the same outage is gated as well
     claim = record("photojobs.lease", "could not claim item %s (%s)", (7, gone))
     assert not f.filter(claim)
+
+
+def test_default_broker_bound_is_twice_the_fleets_threads_but_never_below_the_floor() -> None:
+    from store.lanes import MIN_BOUND, lane_spec
+
+    # Given the analysis lane (2 declared threads) in fleets of 2 and of 16 worker processes
+    small = lane_spec("analysis", env={"PHOTOJOBS_FLEET_PROCESSES": "2"})
+    large = lane_spec("analysis", env={"PHOTOJOBS_FLEET_PROCESSES": "16"})
+    explicit = lane_spec("analysis", env={"PHOTOJOBS_LANE_ANALYSIS_BOUND": "4"})
+    # Then a small fleet gets the floor (a dispatch batch worth a transaction), a large one
+    # 2 x threads x processes, and an explicit bound is kept as given
+    assert small.effective_bound == MIN_BOUND == 32
+    assert large.effective_bound == 2 * 2 * 16
+    assert explicit.effective_bound == 4
