@@ -15,7 +15,6 @@ their worker processes (at least 1); a bare ``dramatiq actors`` process defaults
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,11 +30,12 @@ _gate: threading.BoundedSemaphore | None = None
 
 
 def process_gate() -> threading.BoundedSemaphore:
-    """This process's slots (``PHOTOJOBS_CPU_SLOTS``, read once)."""
+    """This process's slots (``PHOTOJOBS_CPU_SLOTS``, read once; checked at start by
+    ``photojobs.config.Settings.from_env``)."""
     global _gate
     with _lock:
         if _gate is None:
-            _gate = threading.BoundedSemaphore(cpu_slots(dict(os.environ)))
+            _gate = threading.BoundedSemaphore(cpu_slots())
         return _gate
 
 

@@ -161,7 +161,7 @@ class Settings:
         """The settings, every one checked (:class:`ConfigError` names the first bad one),
         including the per-lane ``PHOTOJOBS_LANE_<LANE>_<FIELD>`` overrides."""
         from store.engine import database_url
-        from store.lanes import all_lanes
+        from store.lanes import all_lanes, cpu_slots
 
         env = dict(os.environ) if env is None else env
         ttl = _float(env, "PHOTOJOBS_LEASE_TTL", 10.0)
@@ -185,5 +185,6 @@ class Settings:
         )
         all_lanes(env)  # the lane overrides: ConfigError naming the variable
         _int(env, "PHOTOJOBS_FLEET_PROCESSES", 2)
+        cpu_slots(env)  # read again by each worker process's slots (middleware.cpu_slots)
         settings.check_leases()
         return settings

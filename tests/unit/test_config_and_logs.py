@@ -26,6 +26,8 @@ CONSUMER_ERROR = "Consumer encountered a connection error: %s"
         ("PHOTOJOBS_LANE_ANALYSIS_BACKLOG", "abc", "'abc' is not a whole number"),
         ("PHOTOJOBS_LANE_EXIF_BOUND", "-3", "must be a whole number >= 0, not '-3'"),
         ("PHOTOJOBS_LANE_RENAME_LEASE_TTL", "0", "must be greater than 0"),
+        ("PHOTOJOBS_CPU_SLOTS", "0", "must be a whole number >= 1, not '0'"),
+        ("PHOTOJOBS_CPU_SLOTS", "many", "'many' is not a whole number"),
         ("PHOTOJOBS_DATABASE_URL", "nonsense", "cannot parse 'nonsense'"),
         ("PHOTOJOBS_DATABASE_URL", "mysql://u:pw@h/db", "unsupported database 'mysql' in 'mysql://u:***@h/db'"),
         ("PHOTOJOBS_REDIS_URL", "http://h:6379", "'http://h:6379' is not a Redis URL"),
