@@ -1,0 +1,95 @@
+"""The doorbell (``photojobs.doorbell``): a publish wakes the idle consumers of its queue at once. A
+real Dramatiq worker on a real Redis, whose consumer has backed off to a minute between polls."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import dramatiq
+import redis
+
+from photojobs.broker import RedisPublisher, build_broker
+from photojobs.doorbell import CHANNEL, Doorbell
+from store.dispatch import Publish
+from store.lanes import all_lanes
+
+LONG_POLL_MS = 60_000  # without the doorbell, the consumer would look at Redis again in 30-60 s
+
+
+def _wait(predicate, seconds: float) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return bool(predicate())
+
+
+def test_a_published_message_wakes_a_consumer_that_backed_off_to_a_minute(redis_url: str) -> None:
+    # Given a worker on the noop lane whose idle consumer waits up to a minute between Redis polls
+    # (its backoff already at the cap) and whose doorbell is subscribed
+    specs = all_lanes({})
+    queue = specs["noop"].queue
+    broker = build_broker(redis_url)
+    ran = threading.Event()
+
+    def lane_noop(item_id: int, token: int) -> None:
+        ran.set()
+
+    dramatiq.actor(lane_noop, actor_name=specs["noop"].actor, queue_name=queue, broker=broker)
+    worker = dramatiq.Worker(broker, queues={queue}, worker_threads=1, worker_timeout=LONG_POLL_MS)
+    worker.start()
+    try:
+        assert _wait(lambda: queue in worker.consumers and worker.consumers[queue].consumer, 10)
+        consumer = worker.consumers[queue].consumer
+        consumer.misses = 30  # type: ignore[union-attr]  # the next idle wait is the longest
+        assert _wait(lambda: broker.doorbell.listening, 10), "the doorbell never subscribed"
+        rings = broker.doorbell.rings
+        time.sleep(0.3)  # let the consumer enter its long wait (this is the condition under test)
+        # When an item is published through the product's publisher
+        RedisPublisher(build_broker(redis_url), specs).publish([Publish(1, 1, "noop")])
+        # Then the doorbell rang and the consumer fetched and ran it well before its next poll
+        assert _wait(ran.is_set, 10), "the published message waited for the consumer's next poll"
+        assert broker.doorbell.rings > rings
+    finally:
+        worker.stop(timeout=10_000)
+        broker.close()
+
+
+def test_a_doorbell_whose_redis_is_unreachable_is_not_listening_and_rings_nothing(redis_url: str) -> None:
+    # Given a doorbell whose Redis refuses connections, with one registered consumer event
+    bell = Doorbell(lambda: redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2))
+    event = bell.register("photojobs.noop")
+    try:
+        # When it tries to subscribe
+        assert _wait(event.is_set, 5)  # every failed attempt wakes the consumers to poll
+        # Then it is not listening (consumers poll at their normal timeout), and keeps trying
+        assert not bell.listening
+        event.clear()
+        assert _wait(event.is_set, 5)
+        assert not bell.listening
+    finally:
+        bell.stop()
+
+
+def test_publish_rings_each_queue_once_in_the_same_round_trip(redis_url: str) -> None:
+    # Given a subscriber on the doorbell channel and the product's publisher
+    specs = all_lanes({})
+    client = redis.Redis.from_url(redis_url)
+    sub = client.pubsub(ignore_subscribe_messages=True)
+    sub.subscribe(CHANNEL)
+    assert _wait(lambda: client.pubsub_numsub(CHANNEL)[0][1] >= 1, 5)
+    # When three noop items and one exif item are published
+    RedisPublisher(build_broker(redis_url), specs).publish(
+        [Publish(1, 1, "noop"), Publish(2, 1, "noop"), Publish(3, 1, "exif"), Publish(4, 1, "noop")]
+    )
+    # Then each queue's bell rang once
+    got: list[str] = []
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and len(got) < 2:
+        m = sub.get_message(timeout=0.2)
+        if m and m["type"] == "message":
+            got.append(m["data"].decode())
+    assert sorted(got) == sorted([specs["noop"].queue, specs["exif"].queue])
+    sub.close()
