@@ -17,7 +17,7 @@ import dramatiq
 import redis
 from dramatiq.broker import MessageProxy
 from dramatiq.brokers.redis import RedisBroker, _RedisConsumer
-from dramatiq.common import compute_backoff, current_millis
+from dramatiq.common import compute_backoff, current_millis, dq_name
 from dramatiq.errors import ConnectionClosed, DecodeError
 from dramatiq.message import Message
 from dramatiq.middleware import CurrentMessage, TimeLimit
@@ -56,11 +56,19 @@ class _TolerantConsumer(_RedisConsumer):
     publish wakes it at once and, while the doorbell is up, it polls ``POLL_FACTOR`` times less often."""
 
     def __init__(self, broker, queue_name, prefetch, timeout):  # type: ignore[no-untyped-def]
+        delayed = queue_name == dq_name(queue_name)
+        if delayed:  # no doorbell rings for it: it polls DELAY_QUEUE_POLL_FACTOR times less often
+            timeout *= DELAY_QUEUE_POLL_FACTOR
         super().__init__(broker, queue_name, prefetch, timeout)
-        doorbell = getattr(broker, "doorbell", None)
-        self._doorbell = doorbell if doorbell is not None and not queue_name.endswith(".DQ") else None
+        self._doorbell: Doorbell | None = None if delayed else getattr(broker, "doorbell", None)
         self._bell = self._doorbell.register(queue_name) if self._doorbell is not None else None
         self._quiet_until = 0.0  # monotonic time of the next Redis poll while the doorbell is up
+
+    def close(self) -> None:
+        """Dramatiq makes a new consumer after each connection error: this one stops being rung."""
+        if self._doorbell is not None and self._bell is not None:
+            self._doorbell.unregister(self.queue_name, self._bell)
+        super().close()
 
     def __next__(self):  # type: ignore[no-untyped-def]
         while True:
@@ -140,12 +148,6 @@ class PhotojobsBroker(RedisBroker):
     @property
     def consumer_class(self):  # type: ignore[no-untyped-def]
         return _TolerantConsumer
-
-    def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> _RedisConsumer:
-        """Dramatiq's consumer; a delay queue's polls Redis ``DELAY_QUEUE_POLL_FACTOR`` times less often."""
-        if queue_name.endswith(".DQ"):
-            timeout *= DELAY_QUEUE_POLL_FACTOR
-        return super().consume(queue_name, prefetch, timeout)
 
 
 def build_broker(redis_url: str, middleware: Iterable[dramatiq.Middleware] = ()) -> PhotojobsBroker:

@@ -49,6 +49,12 @@ class Doorbell:
                 self._thread.start()
         return event
 
+    def unregister(self, queue: str, event: threading.Event) -> None:
+        with self._lock:
+            events = self._events.get(queue, [])
+            if event in events:
+                events.remove(event)
+
     def ring(self, queue: str) -> None:
         """Wake this process's consumers of ``queue`` (a message for it was published)."""
         self.rings += 1

@@ -93,3 +93,21 @@ def test_publish_rings_each_queue_once_in_the_same_round_trip(redis_url: str) ->
             got.append(m["data"].decode())
     assert sorted(got) == sorted([specs["noop"].queue, specs["exif"].queue])
     sub.close()
+
+
+def test_a_closed_consumer_is_no_longer_rung(redis_url: str) -> None:
+    # Given the product's broker and two consumers of the noop queue, as Dramatiq makes a new one
+    # after each connection error, and one of its delay queue
+    broker = build_broker(redis_url)
+    first = broker.consume("photojobs.noop", prefetch=2, timeout=250)
+    second = broker.consume("photojobs.noop", prefetch=2, timeout=250)
+    broker.consume("photojobs.noop.DQ", prefetch=2, timeout=250)
+    try:
+        assert len(broker.doorbell._events["photojobs.noop"]) == 2
+        assert "photojobs.noop.DQ" not in broker.doorbell._events  # delay queues get no doorbell
+        # When the first is closed
+        first.close()
+        # Then only the second's event is left to ring
+        assert broker.doorbell._events["photojobs.noop"] == [second._bell]  # type: ignore[attr-defined]
+    finally:
+        broker.close()
