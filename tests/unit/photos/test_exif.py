@@ -33,6 +33,7 @@ from photos.exif import (
 )
 from photos.exiftool import ExifTool, ExifToolDied
 from photos.fileops import staged_path
+from tests.support import unavailable
 
 pillow_heif.register_heif_opener()
 
@@ -285,7 +286,7 @@ def test_invalid_date_cannot_be_shifted(tmp_path: Path) -> None:
 @pytest.mark.parametrize("maker", ["png", "tiff", "heic"])
 def test_exiftool_formats_keep_pixels_and_read_back(tmp_path: Path, maker: str) -> None:
     if maker == "heic" and not _heic_works():
-        pytest.skip("pillow-heif has no HEVC encoder here")
+        unavailable("pillow-heif has no HEVC encoder here (make installs the pinned pillow-heif)")
     # Given a PNG / TIFF / HEIC with spaces and accents in its name and a capture time
     src = getattr(samples, f"make_{maker}")(tmp_path / f"Été à Paris.{maker}")
     src_sha = _sha(src)
