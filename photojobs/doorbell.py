@@ -39,6 +39,7 @@ class Doorbell:
         self._pubsub: Any = None
         self.listening = False  # subscribed right now: consumers may wait longer between polls
         self.rings = 0
+        self.subscriptions = 0  # successful subscribes: 1 + the times it came back after losing Redis
 
     def register(self, queue: str) -> threading.Event:
         event = threading.Event()
@@ -83,6 +84,7 @@ class Doorbell:
                 self._pubsub = self._client_factory().pubsub(ignore_subscribe_messages=True)
                 self._pubsub.subscribe(self.channel)
                 self.listening = True
+                self.subscriptions += 1
                 delay = 0.05
                 self._ring_all()  # rings may have been missed while it was down: every consumer looks
                 for message in self._pubsub.listen():

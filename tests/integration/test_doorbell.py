@@ -26,6 +26,16 @@ def _wait(predicate, seconds: float) -> bool:  # type: ignore[no-untyped-def]
     return bool(predicate())
 
 
+def _stop(worker: dramatiq.Worker, broker: dramatiq.Broker) -> None:
+    """Stop the worker without waiting out its consumer's minute-long wait: mark its consumer
+    threads stopped, then ring every bell so they see it now."""
+    for thread in worker.consumers.values():
+        thread.running = False
+    broker.doorbell._ring_all()  # type: ignore[attr-defined]
+    worker.stop(timeout=10_000)
+    broker.close()
+
+
 def test_a_published_message_wakes_a_consumer_that_backed_off_to_a_minute(redis_url: str) -> None:
     # Given a worker on the noop lane whose idle consumer waits up to a minute between Redis polls
     # (its backoff already at the cap) and whose doorbell is subscribed
@@ -53,8 +63,7 @@ def test_a_published_message_wakes_a_consumer_that_backed_off_to_a_minute(redis_
         assert _wait(ran.is_set, 10), "the published message waited for the consumer's next poll"
         assert broker.doorbell.rings > rings
     finally:
-        worker.stop(timeout=10_000)
-        broker.close()
+        _stop(worker, broker)
 
 
 def test_a_doorbell_whose_redis_is_unreachable_is_not_listening_and_rings_nothing(redis_url: str) -> None:
@@ -111,3 +120,37 @@ def test_a_closed_consumer_is_no_longer_rung(redis_url: str) -> None:
         assert broker.doorbell._events["photojobs.noop"] == [second._bell]  # type: ignore[attr-defined]
     finally:
         broker.close()
+
+
+def test_a_doorbell_whose_subscription_is_killed_subscribes_again_and_rings_again(redis_url: str) -> None:
+    # Given a worker on the noop lane whose idle consumer waits up to a minute between polls, with
+    # its doorbell subscribed
+    specs = all_lanes({})
+    queue = specs["noop"].queue
+    broker = build_broker(redis_url)
+    ran = threading.Event()
+
+    def lane_noop(item_id: int, token: int) -> None:
+        ran.set()
+
+    dramatiq.actor(lane_noop, actor_name=specs["noop"].actor, queue_name=queue, broker=broker)
+    worker = dramatiq.Worker(broker, queues={queue}, worker_threads=1, worker_timeout=LONG_POLL_MS)
+    worker.start()
+    admin = redis.Redis.from_url(redis_url)
+    try:
+        bell = broker.doorbell
+        assert _wait(lambda: queue in worker.consumers and worker.consumers[queue].consumer, 10)
+        assert _wait(lambda: bell.listening and bell._pubsub.connection is not None, 10)
+        assert bell.subscriptions == 1
+        # When Redis drops exactly the doorbell's connection (CLIENT KILL by its address)
+        host, port = bell._pubsub.connection._sock.getsockname()[:2]
+        assert admin.execute_command("CLIENT", "KILL", "ADDR", f"{host}:{port}")
+        # Then it subscribes again on its own
+        assert _wait(lambda: bell.subscriptions >= 2 and bell.listening, 10), "the doorbell did not come back"
+        # And a message published afterwards still wakes the consumer backed off to a minute
+        worker.consumers[queue].consumer.misses = 30  # type: ignore[union-attr]
+        time.sleep(0.3)  # let the consumer enter its long wait (this is the condition under test)
+        RedisPublisher(build_broker(redis_url), specs).publish([Publish(1, 1, "noop")])
+        assert _wait(ran.is_set, 10), "after the reconnection the message waited for the next poll"
+    finally:
+        _stop(worker, broker)
