@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from photojobs.config import Settings
+from photojobs.doorbell import ring_sweepers
 from photojobs.roots import OutsideRoots, check_found, confine
 from photos.errors import InvalidParameter
 from photos.params import validate_params
@@ -173,7 +174,7 @@ class Client:
         """Write the job, its photos and items (in short chunks; see ``store.jobs.submit``) and return
         its id; raise ``BacklogFull`` past a bound, before anything is written."""
         plan = plan or self.plan(lanes, paths, params)
-        return store_jobs.submit(
+        submitted = store_jobs.submit(
             self.engine,
             [self.specs[n] for n in plan.lanes],
             plan.photos,
@@ -182,6 +183,8 @@ class Client:
             fingerprint=plan.fingerprint,
             bundle_lanes=["archive"] if plan.params.get("archive.bundle", "none") != "none" else [],
         )
+        ring_sweepers(self.settings.redis_url)  # dispatched now, not at the next sweep pass
+        return submitted
 
     def find_same_job(self, plan: Plan) -> int | None:
         """The newest job with the same paths, lanes and params (``photojobs run`` resumes it)."""
@@ -211,7 +214,9 @@ class Client:
         return store_jobs.pause(self.engine, job_id)
 
     def resume(self, job_id: int) -> int:
-        return store_jobs.resume(self.engine, job_id)
+        changed = store_jobs.resume(self.engine, job_id)
+        ring_sweepers(self.settings.redis_url)
+        return changed
 
     def control(self, action: str, job_id: int) -> int:
         """``cancel``, ``pause`` or ``resume`` when it applies to the job's state, else ``NotApplicable``
@@ -251,7 +256,9 @@ class Client:
         returns how many items changed; ``NotApplicable`` when there is nothing to retry."""
         if lane is not None and lane not in self.specs:
             raise UnknownLane(f"unknown lane {lane}; lanes are: {', '.join(self.specs)}")
-        return store_retry.retry(self.engine, job_id, lane)
+        changed = store_retry.retry(self.engine, job_id, lane)
+        ring_sweepers(self.settings.redis_url)
+        return changed
 
     def workers(self) -> list[dict[str, Any]]:
         """Workers (``store.listing.workers``): host, pid, lanes, items held, last heartbeat, state

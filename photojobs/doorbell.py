@@ -10,6 +10,11 @@ thread, blocked on its socket), which sets the events of that queue's consumers.
 ``POLL_FACTOR`` times less often while the subscription is up; Redis polls remain the fallback for
 what rings no bell (a message enqueued by plain Dramatiq, Dramatiq's requeue of a dead worker's
 acks) and for a subscription that is down (back to the normal timeout until it is up again).
+
+The sweepers have a doorbell of their own (``SWEEP_CHANNEL``): a client that submits or resumes a
+job rings it (``ring_sweepers``), so the job's first items are dispatched at once instead of at the
+next sweep pass (up to ``PHOTOJOBS_SWEEP_INTERVAL``, 1 s by default: 0.42 s from the commit to the
+first dispatch, ~11 % of a 300-photo analysis job, before). The interval remains the fallback.
 """
 
 from __future__ import annotations
@@ -19,9 +24,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import redis
+
 log = logging.getLogger("photojobs.doorbell")
 
 CHANNEL = "dramatiq:photojobs.doorbell"
+SWEEP_CHANNEL = "dramatiq:photojobs.sweep"  # the sweepers' doorbell; its one "queue" is SWEEP
+SWEEP = "sweep"
+RING_TIMEOUT = 0.5  # seconds a client waits for Redis when it rings the sweepers
 POLL_FACTOR = 4  # an idle lane consumer's longest wait while the doorbell is up: 4 x worker_timeout
 RECONNECT_MAX = 2.0  # seconds between attempts to subscribe again after Redis went away
 
@@ -29,9 +39,14 @@ RECONNECT_MAX = 2.0  # seconds between attempts to subscribe again after Redis w
 class Doorbell:
     """One subscription per worker process (per broker); ``register(queue)`` gives a consumer its event."""
 
-    def __init__(self, client_factory: Callable[[], Any], channel: str = CHANNEL) -> None:
+    def __init__(
+        self, client_factory: Callable[[], Any], channel: str = CHANNEL, *, ring_on_change: bool = True
+    ) -> None:
         self._client_factory = client_factory
         self.channel = channel
+        # Ring every event when the subscription comes or goes (consumers then poll at once and
+        # pick their timeout again); the sweepers' bell does not: their interval covers a missed ring.
+        self.ring_on_change = ring_on_change
         self._events: dict[str, list[threading.Event]] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -86,7 +101,8 @@ class Doorbell:
                 self.listening = True
                 self.subscriptions += 1
                 delay = 0.05
-                self._ring_all()  # rings may have been missed while it was down: every consumer looks
+                if self.ring_on_change:
+                    self._ring_all()  # rings may have been missed while it was down: every consumer looks
                 for message in self._pubsub.listen():
                     if self._stopped.is_set():
                         break
@@ -99,6 +115,23 @@ class Doorbell:
                 log.debug("doorbell subscription lost (%s); polling until it is back", exc)
             finally:
                 self.listening = False
-                self._ring_all()  # back to polling at the normal timeout now, not after a long wait
+                if self.ring_on_change:
+                    self._ring_all()  # back to polling at the normal timeout now, not after a long wait
             self._stopped.wait(delay)
             delay = min(RECONNECT_MAX, delay * 2)
+
+
+def ring_sweepers(redis_url: str, *, timeout: float = RING_TIMEOUT) -> bool:
+    """Ask every running sweeper for a pass now (a job was submitted or resumed): one ``PUBLISH`` on
+    ``SWEEP_CHANNEL``. False, logged at debug level, when Redis cannot be reached within ``timeout``:
+    the job is in the store all the same, and the sweepers dispatch it at their next pass."""
+    try:
+        client = redis.Redis.from_url(redis_url, socket_connect_timeout=timeout, socket_timeout=timeout)
+        try:
+            client.publish(SWEEP_CHANNEL, SWEEP)
+        finally:
+            client.close()
+    except (redis.RedisError, OSError) as exc:
+        log.debug("could not ring the sweepers (%s); they dispatch at their next pass", exc)
+        return False
+    return True

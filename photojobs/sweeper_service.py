@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from photojobs.broker import RedisPublisher, build_broker
 from photojobs.config import Settings, describe_outage
+from photojobs.doorbell import SWEEP, SWEEP_CHANNEL, Doorbell
 from photojobs.quiet import install as quiet_logging
 from photojobs.quiet import next_retry_text
 from store.engine import make_engine
@@ -18,7 +20,9 @@ log = logging.getLogger("photojobs.sweeper")
 
 
 class Sweeper:
-    """Runs ``store.sweeper.sweep_once`` every ``settings.sweep_interval`` seconds."""
+    """Runs ``store.sweeper.sweep_once`` every ``settings.sweep_interval`` seconds, and at once when a
+    client rings the sweepers' doorbell (``photojobs.doorbell.ring_sweepers``: a job was submitted
+    or resumed). Passes never overlap: a ring during a pass runs one more pass after it."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -30,6 +34,11 @@ class Sweeper:
         self.passes = 0
         self.failures = 0
         self.last: SweepReport | None = None
+        self.rung_passes = 0  # passes run because the doorbell rang
+        self.doorbell = Doorbell(lambda: self.broker.client, SWEEP_CHANNEL, ring_on_change=False)
+        self._pass_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._waker: threading.Thread | None = None
 
     def once(self) -> SweepReport:
         report = sweep_once(
@@ -52,6 +61,19 @@ class Sweeper:
         return report
 
     def _tick(self) -> None:
+        with self._pass_lock:
+            self._tick_unlocked()
+
+    def _wake_on_rings(self, bell: threading.Event) -> None:
+        while not self._stopping.is_set():
+            if bell.wait(timeout=1.0):
+                bell.clear()  # before the pass: a ring during it runs one more
+                if self._stopping.is_set():
+                    break
+                self.rung_passes += 1
+                self._tick()
+
+    def _tick_unlocked(self) -> None:
         try:
             self.once()
         except Exception as exc:  # noqa: BLE001 - keep sweeping through a database or Redis blip
@@ -82,8 +104,18 @@ class Sweeper:
         )
         self.scheduler.start()
         self._tick()
+        bell = self.doorbell.register(SWEEP)
+        self._waker = threading.Thread(
+            target=self._wake_on_rings, args=(bell,), name="photojobs-sweep-now", daemon=True
+        )
+        self._waker.start()
 
     def stop(self) -> None:
+        self._stopping.set()
+        self.doorbell.stop()
+        if self._waker is not None:
+            self._waker.join(timeout=10)
+            self._waker = None
         if self.scheduler is not None:
             self.scheduler.shutdown(wait=True)
             self.scheduler = None

@@ -1,0 +1,97 @@
+"""The sweepers' doorbell (``photojobs.doorbell.ring_sweepers``): a submitted or resumed job is
+dispatched at once, not at the next sweep pass. A real sweeper (``photojobs.sweeper_service``) on a
+real Redis and either store, with a sweep interval of a minute, so only the ring can explain a
+dispatch within seconds."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import redis
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from photojobs.api import Client
+from photojobs.config import Settings
+from photojobs.doorbell import ring_sweepers
+from photojobs.sweeper_service import Sweeper
+from store.models import Item
+from tests.support import make_files
+
+LONG_INTERVAL = "60"  # seconds between the sweeper's own passes
+
+
+def _wait(predicate, seconds: float) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
+
+
+def _states(client: Client, job_id: int) -> list[str]:
+    with Session(client.engine) as s:
+        return sorted(s.scalars(select(Item.state).where(Item.job_id == job_id)))
+
+
+def test_a_submitted_job_is_dispatched_at_once_not_at_the_next_sweep_pass(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    # Given a running sweeper whose next pass is a minute away (its first ran at start), listening
+    settings = Settings.from_env({**env, "PHOTOJOBS_SWEEP_INTERVAL": LONG_INTERVAL})
+    sweeper = Sweeper(settings)
+    sweeper.start()
+    client = Client(settings)
+    queue = f"dramatiq:{client.specs['noop'].queue}"
+    try:
+        assert _wait(lambda: sweeper.doorbell.listening, 10), "the sweeper's doorbell never subscribed"
+        passes = sweeper.passes
+        # When a client submits a job of three files
+        make_files(tmp_path / "in", 3)
+        job = client.submit(["noop"], [tmp_path / "in"]).job_id
+        # Then a pass ran because of the ring, and the job's items are queued with their messages
+        # in Redis, long before the sweeper's own next pass
+        assert _wait(lambda: _states(client, job) == ["queued"] * 3, 10), _states(client, job)
+        assert sweeper.passes > passes and sweeper.rung_passes >= 1
+        assert redis.Redis.from_url(settings.redis_url).llen(queue) == 3
+    finally:
+        sweeper.stop()
+        client.engine.dispose()
+
+
+def test_a_resumed_job_is_dispatched_at_once(env: dict[str, str], tmp_path: Path) -> None:
+    # Given a paused job of two files and a running sweeper a minute from its next pass
+    settings = Settings.from_env({**env, "PHOTOJOBS_SWEEP_INTERVAL": LONG_INTERVAL})
+    client = Client(settings)
+    make_files(tmp_path / "in", 2)
+    job = client.submit(["noop"], [tmp_path / "in"]).job_id  # no sweeper yet: nothing dispatched
+    client.pause(job)
+    sweeper = Sweeper(settings)
+    sweeper.start()
+    try:
+        assert _wait(lambda: sweeper.doorbell.listening, 10)
+        assert "queued" not in _states(client, job)  # the first pass passed over the paused job
+        # When the client resumes it
+        client.resume(job)
+        # Then its items are dispatched now
+        assert _wait(lambda: _states(client, job) == ["queued"] * 2, 10), _states(client, job)
+    finally:
+        sweeper.stop()
+        client.engine.dispose()
+
+
+def test_submitting_with_redis_unreachable_still_writes_the_job(env: dict[str, str], tmp_path: Path) -> None:
+    # Given a client whose Redis refuses connections
+    settings = Settings.from_env({**env, "PHOTOJOBS_REDIS_URL": "redis://127.0.0.1:1/0"})
+    client = Client(settings)
+    make_files(tmp_path / "in", 2)
+    try:
+        # When it submits a job
+        job = client.submit(["noop"], [tmp_path / "in"]).job_id
+        # Then the job is written all the same (the sweepers dispatch it at their next pass)
+        assert len(_states(client, job)) == 2
+        assert ring_sweepers(settings.redis_url) is False
+    finally:
+        client.engine.dispose()
