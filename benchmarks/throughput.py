@@ -41,6 +41,7 @@ from .registry import Row, register
 NAME = "noop"
 GOAL_RATIO = 0.6
 TERMINAL = ("succeeded", "failed", "cancelled", "skipped")
+POLL_S = 0.25  # seconds between the harness's looks at a measured job (its end comes from its events)
 
 
 @dataclass
@@ -348,7 +349,10 @@ def run_photojobs_many(
                     raise BenchmarkError(f"job {job_id} has failed items: {states}")
                 return sum(states.get(s, 0) for s in TERMINAL) >= n
 
-            wait_for(done, _deadline(n, 10), interval=0.05, what=f"{n} items of job {job_id} ({store})")
+            # The job's end is read from its events (database clock), so a slower poll only costs
+            # the fleet less CPU: a count over the job's items every 50 ms took 0.23 ms per photo
+            # of a 3,000-photo job from the cores photojobs is measured on.
+            wait_for(done, _deadline(n, 10), interval=POLL_S, what=f"{n} items of job {job_id} ({store})")
 
         def measure(
             lane: str, folder: Path, warm_folder: Path, params: Mapping[str, str], label: str
