@@ -26,6 +26,23 @@ def _wait(predicate, seconds: float) -> bool:  # type: ignore[no-untyped-def]
     return bool(predicate())
 
 
+def _noop_worker(redis_url: str) -> tuple[dramatiq.Broker, dramatiq.Worker, threading.Event]:
+    """The product's broker and a started one-thread Dramatiq worker on the noop lane whose idle
+    consumer may wait up to ``LONG_POLL_MS`` between polls; the event is set when a message ran."""
+    specs = all_lanes({})
+    queue = specs["noop"].queue
+    broker = build_broker(redis_url)
+    ran = threading.Event()
+
+    def lane_noop(item_id: int, token: int) -> None:
+        ran.set()
+
+    dramatiq.actor(lane_noop, actor_name=specs["noop"].actor, queue_name=queue, broker=broker)
+    worker = dramatiq.Worker(broker, queues={queue}, worker_threads=1, worker_timeout=LONG_POLL_MS)
+    worker.start()
+    return broker, worker, ran
+
+
 def _stop(worker: dramatiq.Worker, broker: dramatiq.Broker) -> None:
     """Stop the worker without waiting out its consumer's minute-long wait: mark its consumer
     threads stopped, then ring every bell so they see it now."""
@@ -41,15 +58,7 @@ def test_a_published_message_wakes_a_consumer_that_backed_off_to_a_minute(redis_
     # (its backoff already at the cap) and whose doorbell is subscribed
     specs = all_lanes({})
     queue = specs["noop"].queue
-    broker = build_broker(redis_url)
-    ran = threading.Event()
-
-    def lane_noop(item_id: int, token: int) -> None:
-        ran.set()
-
-    dramatiq.actor(lane_noop, actor_name=specs["noop"].actor, queue_name=queue, broker=broker)
-    worker = dramatiq.Worker(broker, queues={queue}, worker_threads=1, worker_timeout=LONG_POLL_MS)
-    worker.start()
+    broker, worker, ran = _noop_worker(redis_url)
     try:
         assert _wait(lambda: queue in worker.consumers and worker.consumers[queue].consumer, 10)
         consumer = worker.consumers[queue].consumer
@@ -127,15 +136,7 @@ def test_a_doorbell_whose_subscription_is_killed_subscribes_again_and_rings_agai
     # its doorbell subscribed
     specs = all_lanes({})
     queue = specs["noop"].queue
-    broker = build_broker(redis_url)
-    ran = threading.Event()
-
-    def lane_noop(item_id: int, token: int) -> None:
-        ran.set()
-
-    dramatiq.actor(lane_noop, actor_name=specs["noop"].actor, queue_name=queue, broker=broker)
-    worker = dramatiq.Worker(broker, queues={queue}, worker_threads=1, worker_timeout=LONG_POLL_MS)
-    worker.start()
+    broker, worker, ran = _noop_worker(redis_url)
     admin = redis.Redis.from_url(redis_url)
     try:
         bell = broker.doorbell

@@ -5,7 +5,6 @@ dispatch within seconds."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import redis
@@ -17,18 +16,9 @@ from photojobs.config import Settings
 from photojobs.doorbell import ring_sweepers
 from photojobs.sweeper_service import Sweeper
 from store.models import Item
-from tests.support import make_files
+from tests.support import make_files, wait_for
 
 LONG_INTERVAL = "60"  # seconds between the sweeper's own passes
-
-
-def _wait(predicate, seconds: float) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return bool(predicate())
 
 
 def _states(client: Client, job_id: int) -> list[str]:
@@ -46,14 +36,14 @@ def test_a_submitted_job_is_dispatched_at_once_not_at_the_next_sweep_pass(
     client = Client(settings)
     queue = f"dramatiq:{client.specs['noop'].queue}"
     try:
-        assert _wait(lambda: sweeper.doorbell.listening, 10), "the sweeper's doorbell never subscribed"
+        wait_for(lambda: sweeper.doorbell.listening, 10, what="the sweeper's doorbell to subscribe")
         passes = sweeper.passes
         # When a client submits a job of three files
         make_files(tmp_path / "in", 3)
         job = client.submit(["noop"], [tmp_path / "in"]).job_id
         # Then a pass ran because of the ring, and the job's items are queued with their messages
         # in Redis, long before the sweeper's own next pass
-        assert _wait(lambda: _states(client, job) == ["queued"] * 3, 10), _states(client, job)
+        wait_for(lambda: _states(client, job) == ["queued"] * 3, 10, what="the job's 3 items queued")
         assert sweeper.passes > passes and sweeper.rung_passes >= 1
         assert redis.Redis.from_url(settings.redis_url).llen(queue) == 3
     finally:
@@ -71,12 +61,12 @@ def test_a_resumed_job_is_dispatched_at_once(env: dict[str, str], tmp_path: Path
     sweeper = Sweeper(settings)
     sweeper.start()
     try:
-        assert _wait(lambda: sweeper.doorbell.listening, 10)
+        wait_for(lambda: sweeper.doorbell.listening, 10, what="the sweeper's doorbell to subscribe")
         assert "queued" not in _states(client, job)  # the first pass passed over the paused job
         # When the client resumes it
         client.resume(job)
         # Then its items are dispatched now
-        assert _wait(lambda: _states(client, job) == ["queued"] * 2, 10), _states(client, job)
+        wait_for(lambda: _states(client, job) == ["queued"] * 2, 10, what="the job's 2 items queued")
     finally:
         sweeper.stop()
         client.engine.dispose()
