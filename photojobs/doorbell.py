@@ -11,10 +11,11 @@ thread, blocked on its socket), which sets the events of that queue's consumers.
 what rings no bell (a message enqueued by plain Dramatiq, Dramatiq's requeue of a dead worker's
 acks) and for a subscription that is down (back to the normal timeout until it is up again).
 
-The sweepers have a doorbell of their own (``SWEEP_CHANNEL``): a client that submits or resumes a
-job rings it (``ring_sweepers``), so the job's first items are dispatched at once instead of at the
-next sweep pass (up to ``PHOTOJOBS_SWEEP_INTERVAL``, 1 s by default: 0.42 s from the commit to the
-first dispatch, ~11 % of a 300-photo analysis job, before). The interval remains the fallback.
+The sweepers have a doorbell of their own (``SWEEP_CHANNEL``): a client that submits, resumes or
+retries a job rings it (``ring_sweepers``), so the job's first items are dispatched at once instead
+of at the next sweep pass (up to ``PHOTOJOBS_SWEEP_INTERVAL``, 1 s by default: 0.42 s from the
+commit to the first dispatch, ~11 % of a 300-photo analysis job, before). The interval remains the
+fallback.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ class Doorbell:
 
 
 def ring_sweepers(redis_url: str, *, timeout: float = RING_TIMEOUT) -> bool:
-    """Ask every running sweeper for a pass now (a job was submitted or resumed): one ``PUBLISH`` on
+    """Ask every running sweeper for a pass now (a job was submitted, resumed or retried): one ``PUBLISH`` on
     ``SWEEP_CHANNEL``. False, logged at debug level, when Redis cannot be reached within ``timeout``:
     the job is in the store all the same, and the sweepers dispatch it at their next pass."""
     try:

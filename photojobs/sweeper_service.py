@@ -21,8 +21,8 @@ log = logging.getLogger("photojobs.sweeper")
 
 class Sweeper:
     """Runs ``store.sweeper.sweep_once`` every ``settings.sweep_interval`` seconds, and at once when a
-    client rings the sweepers' doorbell (``photojobs.doorbell.ring_sweepers``: a job was submitted
-    or resumed). Passes never overlap: a ring during a pass runs one more pass after it."""
+    client rings the sweepers' doorbell (``photojobs.doorbell.ring_sweepers``: a job was submitted,
+    resumed or retried). Passes never overlap: a ring during a pass runs one more pass after it."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
