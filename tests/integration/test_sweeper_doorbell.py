@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import redis
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from photojobs.api import Client
@@ -44,7 +44,8 @@ def test_a_submitted_job_is_dispatched_at_once_not_at_the_next_sweep_pass(
         # Then a pass ran because of the ring, and the job's items are queued with their messages
         # in Redis, long before the sweeper's own next pass
         wait_for(lambda: _states(client, job) == ["queued"] * 3, 10, what="the job's 3 items queued")
-        assert sweeper.passes > passes and sweeper.rung_passes >= 1
+        assert sweeper.rung_passes >= 1  # counted before its pass begins
+        wait_for(lambda: sweeper.passes > passes, 10, what="the rung pass to be counted")  # after it ends
         assert redis.Redis.from_url(settings.redis_url).llen(queue) == 3
     finally:
         sweeper.stop()
@@ -65,6 +66,29 @@ def test_a_resumed_job_is_dispatched_at_once(env: dict[str, str], tmp_path: Path
         assert "queued" not in _states(client, job)  # the first pass passed over the paused job
         # When the client resumes it
         client.resume(job)
+        # Then its items are dispatched now
+        wait_for(lambda: _states(client, job) == ["queued"] * 2, 10, what="the job's 2 items queued")
+    finally:
+        sweeper.stop()
+        client.engine.dispose()
+
+
+def test_a_retried_job_is_dispatched_at_once(env: dict[str, str], tmp_path: Path) -> None:
+    # Given a job of two files whose items both failed, and a running sweeper a minute from its
+    # next pass
+    settings = Settings.from_env({**env, "PHOTOJOBS_SWEEP_INTERVAL": LONG_INTERVAL})
+    client = Client(settings)
+    make_files(tmp_path / "in", 2)
+    job = client.submit(["noop"], [tmp_path / "in"]).job_id
+    with Session(client.engine) as s, s.begin():
+        s.execute(update(Item).where(Item.job_id == job).values(state="failed", error="boom", attempt=3))
+    sweeper = Sweeper(settings)
+    sweeper.start()
+    try:
+        wait_for(lambda: sweeper.doorbell.listening, 10, what="the sweeper's doorbell to subscribe")
+        assert _states(client, job) == ["failed", "failed"]
+        # When the client retries the job
+        client.retry(job)
         # Then its items are dispatched now
         wait_for(lambda: _states(client, job) == ["queued"] * 2, 10, what="the job's 2 items queued")
     finally:
