@@ -5,8 +5,10 @@ dispatch within seconds."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import redis
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -52,43 +54,42 @@ def test_a_submitted_job_is_dispatched_at_once_not_at_the_next_sweep_pass(
         client.engine.dispose()
 
 
-def test_a_resumed_job_is_dispatched_at_once(env: dict[str, str], tmp_path: Path) -> None:
-    # Given a paused job of two files and a running sweeper a minute from its next pass
+def _pause(client: Client, job: int) -> None:
+    client.pause(job)
+
+
+def _fail_every_item(client: Client, job: int) -> None:
+    with Session(client.engine) as s, s.begin():
+        s.execute(update(Item).where(Item.job_id == job).values(state="failed", error="boom", attempt=3))
+
+
+@pytest.mark.parametrize(
+    ("stop", "stopped", "back_to_work"),
+    [(_pause, "paused", Client.resume), (_fail_every_item, "failed", Client.retry)],
+    ids=["resumed", "retried"],
+)
+def test_a_job_put_back_to_work_is_dispatched_at_once(
+    env: dict[str, str],
+    tmp_path: Path,
+    stop: Callable[[Client, int], None],
+    stopped: str,
+    back_to_work: Callable[[Client, int], int],
+) -> None:
+    # Given a job of two files, paused (or whose items both failed), and a running sweeper a minute
+    # from its next pass
     settings = Settings.from_env({**env, "PHOTOJOBS_SWEEP_INTERVAL": LONG_INTERVAL})
     client = Client(settings)
     make_files(tmp_path / "in", 2)
     job = client.submit(["noop"], [tmp_path / "in"]).job_id  # no sweeper yet: nothing dispatched
-    client.pause(job)
+    stop(client, job)
     sweeper = Sweeper(settings)
     sweeper.start()
     try:
         wait_for(lambda: sweeper.doorbell.listening, 10, what="the sweeper's doorbell to subscribe")
-        assert "queued" not in _states(client, job)  # the first pass passed over the paused job
-        # When the client resumes it
-        client.resume(job)
-        # Then its items are dispatched now
-        wait_for(lambda: _states(client, job) == ["queued"] * 2, 10, what="the job's 2 items queued")
-    finally:
-        sweeper.stop()
-        client.engine.dispose()
-
-
-def test_a_retried_job_is_dispatched_at_once(env: dict[str, str], tmp_path: Path) -> None:
-    # Given a job of two files whose items both failed, and a running sweeper a minute from its
-    # next pass
-    settings = Settings.from_env({**env, "PHOTOJOBS_SWEEP_INTERVAL": LONG_INTERVAL})
-    client = Client(settings)
-    make_files(tmp_path / "in", 2)
-    job = client.submit(["noop"], [tmp_path / "in"]).job_id
-    with Session(client.engine) as s, s.begin():
-        s.execute(update(Item).where(Item.job_id == job).values(state="failed", error="boom", attempt=3))
-    sweeper = Sweeper(settings)
-    sweeper.start()
-    try:
-        wait_for(lambda: sweeper.doorbell.listening, 10, what="the sweeper's doorbell to subscribe")
-        assert _states(client, job) == ["failed", "failed"]
-        # When the client retries the job
-        client.retry(job)
+        assert "queued" not in _states(client, job)  # the first pass passed over it
+        assert stopped in _states(client, job)
+        # When the client resumes (retries) it
+        back_to_work(client, job)
         # Then its items are dispatched now
         wait_for(lambda: _states(client, job) == ["queued"] * 2, 10, what="the job's 2 items queued")
     finally:
