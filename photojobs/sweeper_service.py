@@ -39,6 +39,7 @@ class Sweeper:
         self._pass_lock = threading.Lock()
         self._stopping = threading.Event()
         self._waker: threading.Thread | None = None
+        self._bell: threading.Event | None = None
 
     def once(self) -> SweepReport:
         report = sweep_once(
@@ -65,13 +66,13 @@ class Sweeper:
             self._tick_unlocked()
 
     def _wake_on_rings(self, bell: threading.Event) -> None:
-        while not self._stopping.is_set():
-            if bell.wait(timeout=1.0):
-                bell.clear()  # before the pass: a ring during it runs one more
-                if self._stopping.is_set():
-                    break
-                self.rung_passes += 1
-                self._tick()
+        while True:
+            bell.wait()  # a ring, or ``stop`` (which sets it after ``_stopping``)
+            bell.clear()  # before the pass: a ring during it runs one more
+            if self._stopping.is_set():
+                break
+            self.rung_passes += 1
+            self._tick()
 
     def _tick_unlocked(self) -> None:
         try:
@@ -104,14 +105,16 @@ class Sweeper:
         )
         self.scheduler.start()
         self._tick()
-        bell = self.doorbell.register(SWEEP)
+        self._bell = self.doorbell.register(SWEEP)
         self._waker = threading.Thread(
-            target=self._wake_on_rings, args=(bell,), name="photojobs-sweep-now", daemon=True
+            target=self._wake_on_rings, args=(self._bell,), name="photojobs-sweep-now", daemon=True
         )
         self._waker.start()
 
     def stop(self) -> None:
         self._stopping.set()
+        if self._bell is not None:
+            self._bell.set()  # the waker sees the stop now, not at a ring
         self.doorbell.stop()
         if self._waker is not None:
             self._waker.join(timeout=10)
