@@ -35,7 +35,7 @@ import dramatiq
 from dramatiq.middleware import Middleware
 
 COUNTERS = (
-    "items",  # lane messages through the after_process_message hooks
+    "items",  # items of the lane messages through the after_process_message hooks (a batch: several)
     "cpu_before",  # thread CPU in the before_process_message chain (the claim), s
     "cpu_after",  # thread CPU in the after_process_message chain (finish + top-up), s
     "cpu_dispatch",  # of which take_for_dispatch, s
@@ -99,7 +99,7 @@ class _First(Middleware):
     ) -> None:
         t0 = getattr(_local, "after", None)
         if t0 is not None and message.actor_name.startswith("lane_"):
-            COUNTS.add(items=1, cpu_after=time.thread_time() - t0)
+            COUNTS.add(items=len(message.args) // 2, cpu_after=time.thread_time() - t0)
         _local.after = None
 
     def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:

@@ -41,6 +41,9 @@ class ItemContext:
     last_renewed: float = field(default_factory=time.monotonic)
     result: Any = None
     at_finish: list[Any] = field(default_factory=list)  # callables(session) run in the final commit
+    # In a batch message (``middleware.batch``): whether the item's turn came, and what it raised.
+    ran: bool = False
+    error: BaseException | None = None
     _stop_kind: str | None = None
     _stop_reason: str = ""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -85,6 +88,10 @@ class ItemContext:
     def stop_kind(self) -> str | None:
         return self._stop_kind
 
+    @property
+    def stop_reason(self) -> str:
+        return self._stop_reason
+
     def should_stop(self) -> bool:
         """True once the job asked to cancel/pause, the lease was lost, or the worker is stopping."""
         return self._stop_kind is not None
@@ -124,3 +131,13 @@ def set_current(ctx: ItemContext | None) -> None:
 
 def peek_current() -> ItemContext | None:
     return getattr(_local, "ctx", None)
+
+
+def set_batch(ctxs: list[ItemContext] | None) -> None:
+    """The items of the batch message this worker thread is processing (claimed together)."""
+    _local.batch = ctxs
+
+
+def current_batch() -> list[ItemContext] | None:
+    """The claimed items of this thread's batch message; None for a message naming one item."""
+    return getattr(_local, "batch", None)

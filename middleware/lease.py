@@ -30,19 +30,39 @@ from store import items as store_items
 from store.dispatch import take_for_dispatch
 from store.errors import DETERMINISTIC, UNAVAILABLE, StaleLease, classify_store_error, error_text
 from store.events import emit
-from store.fencing import fenced
+from store.fencing import fenced, fenced_batch
 from store.items import lane_lock_request
-from store.lanes import ACTOR_PREFIX, LaneSpec
+from store.lanes import ACTOR_PREFIX, LaneSpec, message_pairs
 from store.photo_locks import LockRequest
 
 from . import failpoints
-from .context import STOP_LOST, STOP_SHUTDOWN, ItemContext, Stopped, peek_current, set_current
+from .context import (
+    STOP_LOST,
+    STOP_SHUTDOWN,
+    ItemContext,
+    Stopped,
+    current_batch,
+    peek_current,
+    set_batch,
+    set_current,
+)
 from .heartbeat import Heartbeat, heartbeat_interval_for
 from .locks import LockMiddleware
 from .presence import Presence
 
 log = logging.getLogger("photojobs.lease")
 T = TypeVar("T")
+
+
+def _throws(broker: dramatiq.Broker, message: dramatiq.Message) -> tuple[type[BaseException], ...]:
+    """The exceptions the message's actor declares (its ``throws`` option): they fail an item at once."""
+    throws = broker.get_actor(message.actor_name).options.get("throws") or ()
+    return throws if isinstance(throws, tuple) else (throws,)
+
+
+def _payload(result: Any) -> dict[str, Any] | None:
+    """An actor's return value as the item's stored result."""
+    return result if isinstance(result, dict) or result is None else {"value": result}
 
 
 def worker_identity() -> str:
@@ -172,9 +192,12 @@ class LeaseMiddleware(Middleware):
             log.exception("could not record the rejected message")
 
     def _reject(self, message: dramatiq.Message, reason: str) -> None:
+        self._record_reject(message, reason)
+        raise SkipMessage(reason)
+
+    def _record_reject(self, message: dramatiq.Message, reason: str) -> None:
         log.warning("rejected message %s on %s: %s", message.message_id, message.queue_name, reason)
         self.record_rejection(message.queue_name, message.actor_name, reason, repr(message.args)[:200])
-        raise SkipMessage(reason)
 
     def after_nack(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:
         if message.actor_name not in broker.actors:  # Dramatiq dead-letters messages for unknown actors
@@ -202,6 +225,9 @@ class LeaseMiddleware(Middleware):
         if reason:
             self._reject(message, reason)
         assert spec is not None
+        if len(message.args) > 2:
+            self._claim_batch(spec, message)
+            return
         item_id, token = message.args
         ctx = self._take_preclaimed(message)
         if ctx is not None:  # claimed by the finish of this process's last item (``_succeed``)
@@ -211,7 +237,18 @@ class LeaseMiddleware(Middleware):
         try:
             outcome = store_items.claim(self.engine, spec, item_id, token, self.worker, locks)
         except Exception as exc:  # noqa: BLE001 - judged below: unavailable, transient or deterministic
-            self._claim_raised(spec, item_id, token, exc)
+            raise SkipMessage(self._claim_raised(spec, item_id, token, exc)) from exc
+        ctx = self._claimed(message, spec, item_id, outcome)
+        if ctx is None:
+            raise SkipMessage(outcome.reason)
+        set_current(ctx)
+
+    def _claimed(
+        self, message: dramatiq.Message, spec: LaneSpec, item_id: int, outcome: store_items.ClaimOutcome
+    ) -> ItemContext | None:
+        """What a claim's outcome means: the item's context (its lease renewed from now on), or None
+        with the reason logged — a deferral or an item its job stopped quietly, anything else as a
+        rejection (``message_rejected``)."""
         if self.locks is not None:
             if outcome.lease is not None:
                 self.locks.claimed(item_id)
@@ -221,17 +258,48 @@ class LeaseMiddleware(Middleware):
             if outcome.deferred or outcome.reason.endswith(_STOPPED):
                 # A deferral, or the doorbell of an item its job paused or cancelled: a normal skip.
                 log.debug("item %s skipped: %s", item_id, outcome.reason)
-                raise SkipMessage(outcome.reason)
-            self._reject(message, outcome.reason)
+            else:
+                self._record_reject(message, outcome.reason)
+            return None
         ctx = ItemContext(lease=outcome.lease, spec=spec, engine=self.engine, worker=self.worker)
-        set_current(ctx)
         self.heartbeat.add(ctx)
+        return ctx
 
-    def _claim_raised(self, spec: LaneSpec, item_id: int, token: int, exc: Exception) -> None:
+    def _claim_batch(self, spec: LaneSpec, message: dramatiq.Message) -> None:
+        """A batch message: its items claimed in one transaction (``store.items.claim_batch``); the
+        actor then runs the claimed ones in turn (``middleware.batch``). When that transaction
+        fails, each item claims on its own, so each failure is judged like a single message's."""
+        pairs = [(int(i), int(t)) for i, t in message_pairs(message.args)]
+        requests = {item_id: self._lock_request(spec, item_id) for item_id, _ in pairs}
+        try:
+            outcomes = store_items.claim_batch(self.engine, spec, pairs, self.worker, requests)
+        except Exception as exc:  # noqa: BLE001 - store unreachable: skip; otherwise one by one
+            if classify_store_error(exc) == UNAVAILABLE:
+                raise SkipMessage(self._claim_raised(spec, pairs[0][0], pairs[0][1], exc)) from exc
+            log.info("batch claim failed (%s); claiming its items one by one", error_text(exc))
+            outcomes = []
+            for item_id, token in pairs:
+                try:
+                    outcomes.append(
+                        store_items.claim(self.engine, spec, item_id, token, self.worker, requests[item_id])
+                    )
+                except Exception as one:  # noqa: BLE001 - recorded on the item, like a single message's
+                    reason = self._claim_raised(spec, item_id, token, one)
+                    outcomes.append(store_items.ClaimOutcome(None, reason, deferred=True))
+        batch = [
+            ctx
+            for (item_id, _), outcome in zip(pairs, outcomes, strict=True)
+            if (ctx := self._claimed(message, spec, item_id, outcome)) is not None
+        ]
+        if not batch:
+            raise SkipMessage("no item of the batch message is claimable")
+        set_batch(batch)
+
+    def _claim_raised(self, spec: LaneSpec, item_id: int, token: int, exc: Exception) -> str:
         """A claim raised. Store unreachable: the item stays queued and the sweeper re-publishes it.
         Otherwise the failure is recorded on the item: a deterministic error (or one that repeats)
         counts as an attempt and ends the item ``failed`` after the lane's attempt limit, instead
-        of the message coming back every few seconds forever."""
+        of the message coming back every few seconds forever. Returns why the message is skipped."""
         kind = classify_store_error(exc)
         error = error_text(exc)
         if kind != UNAVAILABLE:
@@ -243,9 +311,9 @@ class LeaseMiddleware(Middleware):
                 log.warning("could not record the failed claim of item %s: %s", item_id, error_text(again))
             else:
                 log.warning("claim of item %s failed (%s, %s); item is now %s", item_id, kind, error, state)
-                raise SkipMessage(f"claim failed: {error}") from exc
+                return f"claim failed: {error}"
         log.warning("could not claim item %s (%s); leaving it to the sweeper", item_id, error)
-        raise SkipMessage(f"store unavailable: {error}") from exc
+        return f"store unavailable: {error}"
 
     def after_process_message(
         self,
@@ -255,16 +323,29 @@ class LeaseMiddleware(Middleware):
         result: Any = None,
         exception: BaseException | None = None,
     ) -> None:
+        batch = current_batch()
+        if batch is not None and message.actor_name == batch[0].spec.actor:
+            set_batch(None)
+            set_current(None)
+            for ctx in batch:
+                self.heartbeat.remove(ctx.item_id)
+            self.finish_batch(batch, exception, throws=_throws(broker, message))
+            self.top_up(broker, batch[0])
+            return
         ctx = peek_current()
         if ctx is None or message.actor_name != ctx.spec.actor:
             return
         set_current(None)
         self.heartbeat.remove(ctx.item_id)
-        throws = broker.get_actor(message.actor_name).options.get("throws") or ()
-        self.finish(ctx, ctx.result, exception, throws=throws)
+        self.finish(ctx, ctx.result, exception, throws=_throws(broker, message))
         self.top_up(broker, ctx)
 
     def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:
+        batch = current_batch()
+        if batch is not None and message.actor_name == batch[0].spec.actor:
+            set_batch(None)
+            for ctx in batch:  # claimed, then skipped by a middleware after this one: none started
+                self._release(ctx, "message skipped before the item started")
         ctx = peek_current()
         if ctx is not None and message.actor_name == ctx.spec.actor:
             set_current(None)
@@ -309,7 +390,7 @@ class LeaseMiddleware(Middleware):
             return None
         msg = entry.message
         spec, reason = self._lane_of(msg)
-        if spec is None or reason or msg.message_id in self._preclaimed:
+        if spec is None or reason or len(msg.args) != 2 or msg.message_id in self._preclaimed:
             self._put_back(entry)
             return None
         return entry, spec
@@ -330,32 +411,95 @@ class LeaseMiddleware(Middleware):
     ) -> None:
         """Commit the item's outcome through the fence; an exception the actor declares in its
         ``throws`` option (a bad photo) fails the item at once, any other is retried."""
-        lease, spec = ctx.lease, ctx.spec
-        try:
-            if exception is None:
+        if exception is None:
+            try:
                 self._succeed(ctx, result)  # even after a lost lease: the fence decides
-                return
-            if isinstance(exception, Stopped):
-                if exception.kind == STOP_LOST:
-                    log.warning("item %s token %s: lease lost; nothing written", lease.item_id, lease.token)
-                    return
-                self._fenced(ctx, "stop", lambda s: store_items.stop(s, lease, self.worker, str(exception)))
-                return
-            permanent = isinstance(exception, throws)
-            error = str(exception) if permanent else f"{type(exception).__name__}: {exception}"
-            retry, who = not permanent, self.worker
-            self._fenced(ctx, "fail", lambda s: store_items.fail(s, spec, lease, error, who, retry=retry))
-        except StaleLease as exc:
+            except Exception as exc:  # noqa: BLE001 - judged as any finish's failure
+                self._finish_failed(ctx, exc)
+            return
+        plan = self._finish_plan(ctx, result, exception, throws)
+        if plan is not None:
+            self._finish_alone(ctx, *plan)
+
+    def _finish_plan(
+        self,
+        ctx: ItemContext,
+        result: Any,
+        exception: BaseException | None,
+        throws: type[BaseException] | tuple[type[BaseException], ...],
+    ) -> tuple[str, Callable[[Session], Any]] | None:
+        """What finishing the item writes, as (what, write(session)) for a fenced transaction; None
+        when nothing may be written (its lease was lost)."""
+        lease, spec, who = ctx.lease, ctx.spec, self.worker
+        if exception is None:
+            payload = _payload(result)
+            return "succeed", lambda s: store_items.succeed(s, lease, payload, who, ctx.at_finish)
+        if isinstance(exception, Stopped):
+            if exception.kind == STOP_LOST:
+                log.warning("item %s token %s: lease lost; nothing written", lease.item_id, lease.token)
+                return None
+            return "stop", lambda s: store_items.stop(s, lease, who, str(exception))
+        permanent = isinstance(exception, throws)
+        error = str(exception) if permanent else f"{type(exception).__name__}: {exception}"
+        retry = not permanent
+        return "fail", lambda s: store_items.fail(s, spec, lease, error, who, retry=retry)
+
+    def _finish_alone(self, ctx: ItemContext, what: str, write: Callable[[Session], Any]) -> None:
+        """One item's finish in a fenced transaction of its own."""
+        try:
+            self._fenced(ctx, what, write)
+        except Exception as exc:  # noqa: BLE001 - judged below
+            self._finish_failed(ctx, exc)
+
+    def _finish_failed(self, ctx: ItemContext, exc: Exception) -> None:
+        if isinstance(exc, StaleLease):
             log.warning("commit refused, lease is stale: %s", exc)
-        except Exception:  # noqa: BLE001 - the store is down: the lease expires and the sweeper retries
-            log.exception(
-                "could not finish item %s; its lease will expire and it will be retried", lease.item_id
-            )
+            return
+        # The store is down: the lease expires and the sweeper retries.
+        log.error(
+            "could not finish item %s; its lease will expire and it will be retried",
+            ctx.lease.item_id,
+            exc_info=exc,
+        )
+
+    def finish_batch(
+        self,
+        batch: list[ItemContext],
+        exception: BaseException | None,
+        *,
+        throws: type[BaseException] | tuple[type[BaseException], ...] = (),
+    ) -> None:
+        """Commit the outcomes of a batch message's items in one transaction, each through its own
+        fence (``store.fencing.fenced_batch``), in (job, item) order. An item whose turn never came
+        takes the exception that ended the message, or is released (no attempt used) when the
+        message ended without one. If that transaction fails — one lease stale, the store — each
+        item is finished in a transaction of its own, which records what went wrong for that item."""
+        plans: list[tuple[ItemContext, str, Callable[[Session], Any]]] = []
+        for ctx in sorted(batch, key=lambda c: (c.lease.job_id, c.item_id)):
+            if ctx.ran:
+                plan = self._finish_plan(ctx, ctx.result, ctx.error, throws)
+            elif exception is not None:
+                plan = self._finish_plan(ctx, None, exception, throws)
+            else:
+                unrun = Stopped(STOP_SHUTDOWN, "the message ended before the item's turn")
+                plan = self._finish_plan(ctx, None, unrun, throws)
+            if plan is not None:
+                plans.append((ctx, *plan))
+        if not plans:
+            return
+        try:
+            with fenced_batch(self.engine, [ctx.item_id for ctx, _, _ in plans]) as s:
+                for _, _, write in plans:
+                    write(s)
+        except Exception as exc:  # noqa: BLE001 - each item on its own says what went wrong
+            log.debug("batch finish failed (%s); finishing its items one by one", error_text(exc))
+            for ctx, what, write in plans:
+                self._finish_alone(ctx, what, write)
 
     def _succeed(self, ctx: ItemContext, result: Any) -> None:
         """The fenced success; with the claim of the next message waiting in the work queue
         (``_next_message``) in the same transaction."""
-        payload = result if isinstance(result, dict) or result is None else {"value": result}
+        payload = _payload(result)
         nxt = self._next_message()
 
         def finish(s: Session) -> None:

@@ -22,7 +22,7 @@ from dramatiq.errors import ConnectionClosed, DecodeError
 from dramatiq.message import Message
 from dramatiq.middleware import CurrentMessage, TimeLimit
 
-from store.dispatch import Publish
+from store.dispatch import Publish, batch_message_id, items_of_message_id, message_groups
 from store.lanes import LaneSpec, all_lanes
 
 from .doorbell import CHANNEL, POLL_FACTOR, Doorbell
@@ -162,12 +162,18 @@ def build_broker(redis_url: str, middleware: Iterable[dramatiq.Middleware] = ())
 
 
 def lane_message(spec: LaneSpec, item_id: int, token: int) -> Message:
+    return batch_message(spec, [Publish(item_id, token, spec.name)])
+
+
+def batch_message(spec: LaneSpec, items: list[Publish]) -> Message:
+    """The lane's message naming ``items`` (``[id, token, id, token, …]``), with the deterministic
+    Redis id the sweeper asks about (``store.dispatch.batch_message_id``)."""
     return Message(
         queue_name=spec.queue,
         actor_name=spec.actor,
-        args=(item_id, token),
+        args=tuple(x for p in items for x in (p.item_id, p.token)),
         kwargs={},
-        options={"redis_message_id": f"pj-{item_id}-{token}"},
+        options={"redis_message_id": batch_message_id(items)},
         message_id=str(uuid.uuid4()),
     )
 
@@ -181,17 +187,18 @@ class RedisPublisher:
         self._where = broker.client.register_script(_WHERE_LUA)
 
     def publish(self, items: list[Publish]) -> None:
-        """Enqueue one message per item, all in one Redis round trip (a pipeline of Dramatiq's own
+        """Enqueue the items' messages (one per item, or one per dispatch group: a batch message,
+        ``store.dispatch.message_groups``), all in one Redis round trip (a pipeline of Dramatiq's own
         ``enqueue`` script calls, with the arguments ``RedisBroker.do_enqueue`` gives it), and ring
         each queue's doorbell (``photojobs.doorbell``) in the same round trip."""
         encoded = []
-        for p in items:
-            spec = self.specs[p.lane]
-            message = lane_message(spec, p.item_id, p.token)
+        for group in message_groups(items):
+            spec = self.specs[group[0].lane]
+            message = batch_message(spec, group)
             reason = spec.message_args_valid(list(message.args), message.kwargs)
             if reason:  # validated on enqueue as well as on receipt
                 raise ValueError(f"refusing to publish an invalid {spec.name} message: {reason}")
-            encoded.append((spec.queue, p.message_id, message.encode()))
+            encoded.append((spec.queue, message.options["redis_message_id"], message.encode()))
         if encoded:
             self._enqueue_pipelined(encoded)
 
@@ -220,18 +227,24 @@ class RedisPublisher:
     def held(self, items: list[Publish]) -> set[str]:
         """The message ids of ``items`` that Redis still holds for someone: waiting in their lane's
         queue (or its delay queue), or fetched (prefetched, not yet acknowledged) by a worker process
-        whose Dramatiq heartbeat is less than ``LIVE_WITHIN`` seconds old. A message only a dead
-        worker had fetched is not held: the sweeper publishes it again at once instead of waiting for
-        Dramatiq to requeue it (the old copy, if Dramatiq requeues it later, is turned away by the
-        item's token). One Lua call, whatever the number of items."""
+        whose Dramatiq heartbeat is less than ``LIVE_WITHIN`` seconds old — in a message of their
+        own or in a batch message (whose Redis id names every item it carries). A message only a
+        dead worker had fetched is not held: the sweeper publishes it again at once instead of
+        waiting for Dramatiq to requeue it (the old copy, if Dramatiq requeues it later, is turned
+        away by the item's token). One Lua call, whatever the number of items."""
         if not items:
             return set()
-        argv: list[str | int] = [NAMESPACE, int((time.time() - LIVE_WITHIN) * 1000)]
-        for p in items:
-            argv += [self.specs[p.lane].queue, p.message_id]
-        where = self._where(args=argv)
+        queues = sorted({self.specs[p.lane].queue for p in items})
+        argv: list[str | int] = [NAMESPACE, int((time.time() - LIVE_WITHIN) * 1000), *queues]
+        where: dict[tuple[str, str], int] = {}
+        for queue, (waiting, fetched) in zip(queues, self._where(args=argv), strict=True):
+            for state, ids in ((FETCHED_BY_LIVE, fetched), (WAITING, waiting)):  # waiting wins
+                for message_id in ids:
+                    for key in items_of_message_id(message_id.decode()):
+                        where[(queue, key)] = state
         out: set[str] = set()
-        for p, w in zip(items, where, strict=True):
+        for p in items:
+            w = where.get((self.specs[p.lane].queue, p.message_id), NOWHERE)
             stranded = p.age >= STRANDED_AFTER_TIME_LIMITS * self.specs[p.lane].time_limit
             if w == WAITING or (w == FETCHED_BY_LIVE and not stranded):
                 out.add(p.message_id)
@@ -245,10 +258,11 @@ class RedisPublisher:
         return int(self.broker.client.llen(f"{NAMESPACE}:{self.specs[lane].queue}"))
 
 
-# Where each message is, per (queue, message id) pair after the namespace and the oldest live
-# heartbeat (ms): WAITING in the queue's list, FETCHED_BY_LIVE (in the ack set of a worker whose
-# heartbeat is recent), else NOWHERE (gone, or only in a dead worker's ack set). The message's data
-# must still be in the queue's hash: an acknowledged message is gone even if its id lingers.
+# Where the messages of each queue are (ARGV: the namespace, the oldest live heartbeat in ms, then
+# the queues): per queue, the ids WAITING in its list or its delay queue's, and the ids FETCHED by a
+# worker whose heartbeat is recent (in its ack set); an id only in a dead worker's ack set, or gone,
+# is NOWHERE. A message's data must still be in its queue's hash: an acknowledged message is gone
+# even if its id lingers. Both lists are bounded by the lane's bound and the workers' prefetch.
 # Key names are Dramatiq's (dramatiq/brokers/redis/dispatch.lua): ``<ns>:<queue>`` (list of ids),
 # ``<ns>:<queue>.msgs`` (id -> data), ``<ns>:__acks__.<worker>.<queue>`` (fetched, unacknowledged
 # ids) and ``<ns>:__heartbeats__`` (worker -> last beat, ms); the delay queue is ``<queue>.DQ``.
@@ -256,26 +270,21 @@ NOWHERE, WAITING, FETCHED_BY_LIVE = 0, 1, 2
 _WHERE_LUA = """
 local ns = ARGV[1]
 local live = redis.call("zrangebyscore", ns .. ":__heartbeats__", ARGV[2], "+inf")
-local listed, fetched = {}, {}
-local function load(q)
-  if listed[q] then return end
-  local l, f = {}, {}
-  for _, id in ipairs(redis.call("lrange", ns .. ":" .. q, 0, -1)) do l[id] = true end
-  for _, w in ipairs(live) do
-    for _, id in ipairs(redis.call("smembers", ns .. ":__acks__." .. w .. "." .. q)) do f[id] = true end
-  end
-  listed[q], fetched[q] = l, f
-end
 local out = {}
-for i = 3, #ARGV, 2 do
-  local where = 0
+for i = 3, #ARGV do
+  local waiting, fetched = {}, {}
   for _, q in ipairs({ARGV[i], ARGV[i] .. ".DQ"}) do
-    if where == 0 and redis.call("hexists", ns .. ":" .. q .. ".msgs", ARGV[i + 1]) == 1 then
-      load(q)
-      if listed[q][ARGV[i + 1]] then where = 1 elseif fetched[q][ARGV[i + 1]] then where = 2 end
+    local msgs = ns .. ":" .. q .. ".msgs"
+    for _, id in ipairs(redis.call("lrange", ns .. ":" .. q, 0, -1)) do
+      if redis.call("hexists", msgs, id) == 1 then waiting[#waiting + 1] = id end
+    end
+    for _, w in ipairs(live) do
+      for _, id in ipairs(redis.call("smembers", ns .. ":__acks__." .. w .. "." .. q)) do
+        if redis.call("hexists", msgs, id) == 1 then fetched[#fetched + 1] = id end
+      end
     end
   end
-  out[#out + 1] = where
+  out[#out + 1] = {waiting, fetched}
 end
 return out
 """

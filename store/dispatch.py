@@ -7,10 +7,12 @@ sweeper finds the ``queued`` item whose message Redis does not hold and publishe
 
 from __future__ import annotations
 
+import math
 import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import zip_longest
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, Select, select, text, update
 from sqlalchemy.orm import Session
@@ -25,6 +27,7 @@ from .statements import (
     JOB_DISPATCHABLE,
     event_sql,
     mark_queued_sql,
+    message_items_sql,
     next_pending_job_sql,
     pending_of_job_sql,
     queued_count_sql,
@@ -39,11 +42,92 @@ class Publish:
     token: int
     lane: str
     age: float = 0.0  # seconds since it was queued (for stale ones)
+    group: int | None = None  # the message it shares with the dispatch's other items of this group
 
     @property
     def message_id(self) -> str:
-        """Deterministic: the same (item, token) is one message, so Redis can be asked if it holds it."""
+        """Deterministic: the same (item, token) is one message, so Redis can be asked if it holds it.
+        A batch message's Redis id joins its items' ids (``batch_message_id``)."""
         return f"pj-{self.item_id}-{self.token}"
+
+
+BATCH_ID_SEPARATOR = "."
+
+
+def batch_message_id(items: Sequence[Publish]) -> str:
+    """The Redis id of a message naming ``items``: ``pj-<item>-<token>`` for one item, the items'
+    ids joined by ``.`` for a batch, so the sweeper can tell from an id alone which (item, token)
+    pairs a held message carries (``items_of_message_id``)."""
+    return BATCH_ID_SEPARATOR.join(p.message_id for p in items)
+
+
+def items_of_message_id(message_id: str) -> list[str]:
+    """The per-item ids (``pj-<item>-<token>``) a Redis message id stands for."""
+    return message_id.split(BATCH_ID_SEPARATOR)
+
+
+def message_groups(items: Sequence[Publish]) -> list[list[Publish]]:
+    """The messages that carry ``items``, in order: the items of one dispatch ``group`` share a
+    message, every other item (``group`` None: re-published, or published by hand) goes alone."""
+    out: list[list[Publish]] = []
+    shared: dict[tuple[str, int], list[Publish]] = {}
+    for p in items:
+        if p.group is None:
+            out.append([p])
+            continue
+        key = (p.lane, p.group)
+        if key not in shared:
+            shared[key] = []
+            out.append(shared[key])
+        shared[key].append(p)
+    return out
+
+
+R = TypeVar("R")
+
+
+def plan_messages(
+    rows: Sequence[R],
+    spec: LaneSpec,
+    max_messages: int,
+    job_of: Callable[[R], int],
+    first_attempt: Callable[[R], bool],
+) -> list[list[R]]:
+    """How a dispatch's items (``rows``, in the dispatcher's fair order) travel: at most
+    ``max_messages`` messages, the first ones kept (the rest stay pending for the next dispatch).
+
+    - An item's first attempt shares a message with others *of its job* (a cancel or pause then
+      takes whole messages out of the count), up to the lane's ``effective_batch`` items, sizes
+      balanced; but a dispatch is spread over at least as many messages as the fleet has threads
+      for the lane (or one per item), so a small job still runs on every thread.
+    - A retry goes alone: an item that comes back after its worker died (or failed) never rides in
+      a batch again, so a photo that kills its worker costs each batch-mate one attempt at most.
+    """
+    batch = spec.effective_batch
+    singles: list[list[R]] = []
+    by_job: dict[int, list[R]] = {}
+    for r in rows:
+        if batch > 1 and first_attempt(r):
+            by_job.setdefault(job_of(r), []).append(r)
+        else:
+            singles.append([r])
+    counts = {j: -(-len(v) // batch) for j, v in by_job.items()}
+    fresh = sum(len(v) for v in by_job.values())
+    spread = min(fresh, max(1, spec.threads * spec.fleet_processes))
+    while sum(counts.values()) < spread:  # split the job whose messages are fullest
+        j = max((j for j in counts if counts[j] < len(by_job[j])), key=lambda j: len(by_job[j]) / counts[j])
+        counts[j] += 1
+    per_job: list[list[list[R]]] = []
+    for j, group in by_job.items():
+        base, extra = divmod(len(group), counts[j])
+        chunks, start = [], 0
+        for k in range(counts[j]):
+            n = base + (1 if k < extra else 0)
+            chunks.append(group[start : start + n])
+            start += n
+        per_job.append(chunks)
+    interleaved = [m for ms in zip_longest(*per_job) for m in ms if m is not None]
+    return (singles + interleaved)[: max(0, max_messages)]
 
 
 def _lane_lock(conn: Connection, lane: str) -> bool:
@@ -89,31 +173,47 @@ def _jobs_with_pending(conn: Connection, lane: str, want: int) -> list[int]:
 
 
 def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = None) -> list[Publish]:
-    """Move up to (bound - queued) ready items of the lane to ``queued``; round-robin over jobs.
+    """Move ready items of the lane to ``queued``, round-robin over jobs, keeping at most the lane's
+    bound of *messages* in Redis (``effective_bound``) and at most ``bound`` items queued (default:
+    ``item_bound``, the message bound times the items a message may name). The items come back
+    grouped into their messages (``Publish.group``, ``plan_messages``); each queued item records
+    its message's size (``message_items``), so the next dispatch counts the messages in Redis.
 
     Jobs that are paused, cancelled or still being submitted are passed over. The statements are
     the prebuilt ones of ``store.statements`` (no expression building per call).
     """
-    bound = spec.effective_bound if bound is None else bound
+    bound = spec.item_bound if bound is None else bound
     lane = spec.name
     with engine.begin() as conn:
         dialect = conn.dialect.name
         if not _lane_lock(conn, lane):
             return []  # another dispatcher of this lane is at work right now
-        room = bound - conn.execute(queued_count_sql(dialect), {"lane": lane}).scalar_one()
-        if room <= 0:
+        queued = conn.execute(queued_count_sql(dialect), {"lane": lane}).one()
+        # Each queued item is a 1/message_items share of its message (rounding noise aside).
+        message_room = spec.effective_bound - math.ceil(float(queued.messages) - 1e-6)
+        room = min(bound - queued.items, message_room * spec.effective_batch)
+        if room <= 0 or message_room <= 0:
             return []
-        job_ids = _jobs_with_pending(conn, lane, room)
+        job_ids = _jobs_with_pending(conn, lane, min(room, spec.effective_bound))
         if not job_ids:
             return []
         _last_first_job[lane] = job_ids[0]
         ready = pending_of_job_sql(dialect)
         per_job = [conn.execute(ready, {"lane": lane, "job_id": j, "limit": room}).all() for j in job_ids]
         picked = [r for group in zip_longest(*per_job) for r in group if r is not None][:room]
+        picked = [r for m in _plan(picked, spec, message_room) for r in m]
         if not picked:
             return []
         queued_ids = set(conn.execute(mark_queued_sql(dialect), {"ids": [r.id for r in picked]}).scalars())
-        picked = [r for r in picked if r.id in queued_ids]  # a concurrent pause/cancel took the others
+        # A concurrent pause/cancel took the others (PostgreSQL): plan the messages of the rest.
+        messages = _plan([r for r in picked if r.id in queued_ids], spec, message_room)
+        by_size: dict[int, list[int]] = {}
+        for m in messages:
+            if len(m) > 1:
+                by_size.setdefault(len(m), []).extend(r.id for r in m)
+        for size, ids in by_size.items():
+            conn.execute(message_items_sql(dialect), {"ids": ids, "n": size})
+        picked = [r for m in messages for r in m]
         if picked:
             conn.execute(
                 event_sql(dialect),
@@ -132,7 +232,15 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
                     for r in picked
                 ],
             )
-    return [Publish(r.id, r.fencing_token, lane) for r in picked]
+    return [
+        Publish(r.id, r.fencing_token, lane, group=k if len(m) > 1 else None)
+        for k, m in enumerate(messages)
+        for r in m
+    ]
+
+
+def _plan(rows: Sequence[Any], spec: LaneSpec, max_messages: int) -> list[list[Any]]:
+    return plan_messages(rows, spec, max_messages, lambda r: r.job_id, lambda r: r.attempt == 0)
 
 
 def stale_queued_query(older_than: float, limit: int) -> Select[Any]:
@@ -171,7 +279,7 @@ def mark_republished(engine: Engine, items: list[Publish], reason: str) -> list[
             row = s.execute(
                 update(Item)
                 .where(Item.id == p.item_id, Item.fencing_token == p.token, Item.state == QUEUED)
-                .values(queued_at=db_now())
+                .values(queued_at=db_now(), message_items=None)  # published again, alone
                 .returning(Item.job_id, Item.photo_id)
             ).first()
             if row is None:

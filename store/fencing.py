@@ -14,7 +14,7 @@ the commit-boundary read is skipped; no row raises ``StaleLease`` right there.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from sqlalchemy import Engine, event, select
@@ -53,6 +53,41 @@ def _check_fence(session: FencedSession) -> None:
             row.state if row else None,
             row.fencing_token if row else None,
         )
+
+
+class BatchFinishSession(Session):
+    """One transaction that finishes several items (a batch message's): every item's writes start
+    with its own finishing compare-and-set, the fence (``store.items``), which records the item in
+    ``info["fenced_items"]``. At the commit boundary every item the session was opened for must
+    have been fenced so, or nothing commits."""
+
+    def __init__(self, bind: Engine, item_ids: Iterable[int], **kw: object) -> None:
+        super().__init__(bind=bind, expire_on_commit=False, **kw)  # type: ignore[arg-type]
+        self.fence_items = set(item_ids)
+
+
+class UnfencedWrite(RuntimeError):
+    """A batch finish was about to commit an item's writes without that item's fence."""
+
+
+@event.listens_for(BatchFinishSession, "before_commit")
+def _check_batch_fence(session: BatchFinishSession) -> None:
+    missing = session.fence_items - session.info.get("fenced_items", set())
+    if missing:
+        raise UnfencedWrite(f"items {sorted(missing)} were finished without their fence")
+
+
+@contextmanager
+def fenced_batch(engine: Engine, item_ids: Iterable[int]) -> Iterator[BatchFinishSession]:
+    """A transaction finishing ``item_ids`` together; it raises ``StaleLease`` (rolled back, nothing
+    recorded: the caller finishes each item on its own, which records the refusal) when any of
+    their leases no longer holds."""
+    session = BatchFinishSession(engine, item_ids)
+    try:
+        with session.begin():
+            yield session
+    finally:
+        session.close()
 
 
 @contextmanager

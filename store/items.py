@@ -159,6 +159,47 @@ def claim(
     return _not_claimed(engine, spec, item_id, token, worker, locks, _retried)
 
 
+def claim_batch(
+    engine: Engine,
+    spec: LaneSpec,
+    pairs: Sequence[tuple[int, int]],
+    worker: str,
+    requests: Mapping[int, LockRequest | None],
+) -> list[ClaimOutcome]:
+    """The claims of a batch message's items (``pairs``: (item id, token)) in one transaction: for
+    each, in ascending item id, the compare-and-set, lock request (``requests[item id]``, in a
+    savepoint: a locked photo rolls back that item's claim alone) and ``item_claimed`` event of
+    ``claim``. Then, outside it, an item whose photo was locked is deferred and one whose
+    compare-and-set matched nothing is looked at again (``claim``'s second look). One outcome per
+    pair, in the order of ``pairs``. Raises when the transaction fails (nothing is claimed)."""
+    leases: dict[int, Lease] = {}
+    conflicts: dict[int, Conflict] = {}
+    with engine.begin() as conn:
+        for item_id, token in sorted(pairs):
+            request = requests.get(item_id)
+            if request is None:
+                lease = _claim_in(conn, spec, item_id, token, worker, None, len(pairs))
+            else:
+                try:
+                    with conn.begin_nested():
+                        lease = _claim_in(conn, spec, item_id, token, worker, request, len(pairs))
+                except _LockConflict as exc:
+                    conflicts[item_id] = exc.conflict
+                    continue
+            if lease is not None:
+                leases[item_id] = lease
+    outcomes: list[ClaimOutcome] = []
+    for item_id, token in pairs:
+        request = requests.get(item_id)
+        if item_id in leases:
+            outcomes.append(ClaimOutcome(leases[item_id], "claimed"))
+        elif item_id in conflicts:
+            outcomes.append(_defer_locked(engine, spec, item_id, token, worker, request, conflicts[item_id]))  # type: ignore[arg-type]
+        else:
+            outcomes.append(_not_claimed(engine, spec, item_id, token, worker, request, False))
+    return outcomes
+
+
 def can_chain_claims(engine: Engine) -> bool:
     """Whether ``claim_chained`` may be used on this store: SQLite only. SQLite serializes whole
     write transactions, so a claim inside another item's finish cannot deadlock. On PostgreSQL it
@@ -189,10 +230,17 @@ def claim_chained(
 
 
 def _claim_in(
-    conn: Connection, spec: LaneSpec, item_id: int, token: int, worker: str, request: LockRequest | None
+    conn: Connection,
+    spec: LaneSpec,
+    item_id: int,
+    token: int,
+    worker: str,
+    request: LockRequest | None,
+    batch: int = 1,
 ) -> Lease | None:
     """The claim's writes on ``conn`` (see ``claim``): the lease, None when the compare-and-set
-    matched no row; raises ``_LockConflict`` (the caller rolls back) when a photo is locked."""
+    matched no row; raises ``_LockConflict`` (the caller rolls back) when a photo is locked.
+    ``batch``: the items of the message (its ``item_claimed`` event says so when more than one)."""
     params = {"item_id": item_id, "token": token, "lane": spec.name, "worker": worker, "ttl": spec.lease_ttl}
     dialect = conn.dialect.name
     row = conn.execute(claim_sql(dialect), params).first()
@@ -224,7 +272,7 @@ def _claim_in(
             "attempt": row.attempt,
             "token": new_token,
             "worker": worker,
-            "detail": {"photos": list(photo_ids)} if len(photo_ids) > 1 else None,
+            "detail": _claim_detail(photo_ids, batch),
         },
     )
     lanes = tuple(row.lanes or ())
@@ -244,6 +292,15 @@ def _claim_in(
         job_lanes=lanes,
         holds_locks=holds,
     )
+
+
+def _claim_detail(photo_ids: Sequence[int], batch: int) -> dict[str, Any] | None:
+    detail: dict[str, Any] = {}
+    if len(photo_ids) > 1:
+        detail["photos"] = list(photo_ids)
+    if batch > 1:
+        detail["batch"] = batch  # claimed with the other items of a batch message
+    return detail or None
 
 
 def _bundle_photo_ids(conn: Connection, item_id: int) -> tuple[int, ...]:
@@ -431,10 +488,11 @@ def lock_job(s: Session, job_id: int) -> str | None:
 
 
 def lock_for_finish(s: Session, lease: Lease) -> str | None:
-    """The job's share lock and control request, taken once per finishing transaction and before
-    the item (lock order job -> item). Only a finish that needs the control request takes it (a
-    retry, a stop, a successor to make ready): a last-lane success touches no job row."""
-    key = ("finish_locked", lease.item_id)
+    """The job's share lock and control request, taken once per finishing transaction and job (a
+    batch finish ends several items of a job), before the item (lock order job -> item). Only a
+    finish that needs the control request takes it (a retry, a stop, a successor to make ready): a
+    last-lane success touches no job row."""
+    key = ("finish_locked", lease.job_id)
     if key in s.info:
         return s.info[key]  # type: ignore[no-any-return]
     control = lock_job(s, lease.job_id)
@@ -469,6 +527,7 @@ def _fence_held(s: Session, lease: Lease, row: Any) -> None:
     if row is None:
         raise _stale(s, lease)
     s.info["fence_verified"] = True
+    s.info.setdefault("fenced_items", set()).add(lease.item_id)
 
 
 def _end_lease(s: Session, lease: Lease, **values: Any) -> None:

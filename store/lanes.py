@@ -25,6 +25,8 @@ ACTOR_PREFIX = "lane_"
 # analysis (2 declared threads) 8 messages, a dispatch transaction and its Redis calls every ~4
 # photos; with 32 about every 16 (README, Benchmarks: analysis).
 MIN_BOUND = 32
+# The most items one message may name (``LaneSpec.batch``; the schema refuses longer messages).
+MAX_BATCH = 64
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,9 @@ class LaneSpec:
     backlog: int = 1_000_000  # most unfinished items in the store before submit refuses
     lock_retry: float = 0.2  # delay before retrying an item whose photo is locked
     cpu_bound: bool = False  # its work runs in one of the process's CPU slots (middleware.cpu_slots)
+    # Most items one message names (batch messages: one fetch, claim transaction, finish transaction
+    # and acknowledgement for several short items). Only an item's first attempt rides in a batch.
+    batch: int = 1
 
     @property
     def queue(self) -> str:
@@ -58,29 +63,52 @@ class LaneSpec:
             return self.bound
         return max(MIN_BOUND, 2 * self.threads * self.fleet_processes)
 
+    @property
+    def effective_batch(self) -> int:
+        """Items per message: ``batch`` (at most ``MAX_BATCH``), or 1 when an item has a single
+        attempt (in a batch, a worker killed by one photo costs its batch-mates an attempt, so each
+        must have one left to run alone)."""
+        return max(1, min(self.batch, MAX_BATCH)) if self.max_attempts >= 2 else 1
+
+    @property
+    def item_bound(self) -> int:
+        """Most items queued at once: the bound (messages) times the items a message may name."""
+        return self.effective_bound * self.effective_batch
+
     def retry_delay(self, attempt: int) -> float:
         return min(self.backoff_max, self.backoff * (2 ** max(0, attempt - 1)))
 
     def message_args_valid(self, args: Any, kwargs: Any) -> str | None:
-        """The lane's message schema: ``args == [item_id:int>0, token:int>=0]``, no kwargs.
+        """The lane's message schema: ``args == [item_id:int>0, token:int>=0]``, or several such
+        pairs one after the other (``[id, token, id, token, …]``: a batch message, distinct items, at
+        most ``MAX_BATCH``); no kwargs.
 
         Returns None when valid, else the reason.
         """
-        if not isinstance(args, list | tuple) or len(args) != 2:
-            return f"expected args [item_id, token], got {args!r}"
-        item_id, token = args
-        if not isinstance(item_id, int) or isinstance(item_id, bool) or item_id <= 0:
-            return f"item id must be a positive integer, got {item_id!r}"
-        if not isinstance(token, int) or isinstance(token, bool) or token < 0:
-            return f"token must be a non-negative integer, got {token!r}"
+        if not isinstance(args, list | tuple) or len(args) < 2 or len(args) % 2:
+            return f"expected args [item_id, token] (or several such pairs), got {args!r}"
+        if len(args) > 2 * MAX_BATCH:
+            return f"a message names at most {MAX_BATCH} items, got {len(args) // 2}"
+        for item_id, token in message_pairs(args):
+            if not isinstance(item_id, int) or isinstance(item_id, bool) or item_id <= 0:
+                return f"item id must be a positive integer, got {item_id!r}"
+            if not isinstance(token, int) or isinstance(token, bool) or token < 0:
+                return f"token must be a non-negative integer, got {token!r}"
+        if len(args) > 2 and len(set(args[::2])) != len(args) // 2:
+            return f"a batch message names an item twice: {args!r}"
         if kwargs:
             return f"unexpected kwargs {sorted(kwargs)!r}"
         return None
 
 
+def message_pairs(args: Any) -> list[tuple[Any, Any]]:
+    """``[id, token, id, token, …]`` -> ``[(id, token), …]`` (a lane message's items)."""
+    return list(zip(args[::2], args[1::2], strict=True))
+
+
 _DEFAULTS: dict[str, LaneSpec] = {
-    "noop": LaneSpec("noop", NO_LOCK, threads=8, backlog=1_000_000),
-    "analysis": LaneSpec("analysis", SHARED, threads=2, time_limit=300.0, cpu_bound=True),
+    "noop": LaneSpec("noop", NO_LOCK, threads=8, backlog=1_000_000, batch=16),
+    "analysis": LaneSpec("analysis", SHARED, threads=2, time_limit=300.0, cpu_bound=True, batch=8),
     "exif": LaneSpec("exif", EXCLUSIVE, threads=4),
     "rename": LaneSpec("rename", EXCLUSIVE, threads=4),
     "upload": LaneSpec("upload", SHARED, threads=4, time_limit=3600.0),
@@ -145,7 +173,7 @@ def lane_spec(name: str, env: dict[str, str] | None = None) -> LaneSpec:
         key = f"PHOTOJOBS_LANE_{name.upper()}_{f.name.upper()}"
         if key in env and f.name != "name":
             changes[f.name] = _coerce(env[key], getattr(spec, f.name), key)
-    for key_field in ("lease_ttl", "time_limit", "threads", "max_attempts"):
+    for key_field in ("lease_ttl", "time_limit", "threads", "max_attempts", "batch"):
         if key_field in changes and not changes[key_field] > 0:
             key = f"PHOTOJOBS_LANE_{name.upper()}_{key_field.upper()}"
             setting = key if key in env else f"PHOTOJOBS_{key_field.upper()}"

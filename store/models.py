@@ -107,6 +107,8 @@ class Item(Base):
     lease_expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     not_before: Mapped[float] = mapped_column(Float, default=0.0)
     queued_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # While queued: the items its message carries (a batch message's size; NULL: one).
+    message_items: Mapped[int | None] = mapped_column(Integer, nullable=True)
     checkpoint: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from sqlalchemy import Connection, Integer, String, TextClause, bindparam, column, text
+from sqlalchemy import Connection, Float, Integer, String, TextClause, bindparam, column, text
 from sqlalchemy.sql.selectable import TextualSelect
 
 from .models import Event, Item, Job
@@ -137,9 +137,17 @@ _LANE = bindparam("lane", type_=String)
 
 
 @cache
-def queued_count_sql(dialect: str) -> TextClause:
-    """Messages the lane has in Redis (a range of ``ix_items_dispatch``; at most the bound)."""
-    return text("SELECT count(*) FROM items WHERE lane = :lane AND state = 'queued'").bindparams(_LANE)
+def queued_count_sql(dialect: str) -> TextualSelect:
+    """The lane's queued items and the messages they travel in (each item a 1/message_items share
+    of its message; a range of ``ix_items_dispatch``, at most the lane's item bound)."""
+    return (
+        text(
+            "SELECT count(*) AS items, coalesce(sum(1.0 / coalesce(message_items, 1)), 0) AS messages "
+            "FROM items WHERE lane = :lane AND state = 'queued'"
+        )
+        .bindparams(_LANE)
+        .columns(column("items", Integer), column("messages", Float))
+    )
 
 
 @cache
@@ -171,7 +179,7 @@ def pending_of_job_sql(dialect: str) -> TextualSelect:
     return (
         text(
             f"""
-        SELECT id, fencing_token, job_id, photo_id FROM items
+        SELECT id, fencing_token, job_id, photo_id, attempt FROM items
         WHERE lane = :lane AND state = 'pending' AND job_id = :job_id AND not_before <= {sql_now(dialect)}
         ORDER BY id LIMIT :limit
         """
@@ -182,6 +190,7 @@ def pending_of_job_sql(dialect: str) -> TextualSelect:
             column("fencing_token", Integer),
             column("job_id", Integer),
             column("photo_id", Integer),
+            column("attempt", Integer),
         )
     )
 
@@ -194,13 +203,21 @@ def mark_queued_sql(dialect: str) -> TextualSelect:
     return (
         text(
             f"""
-            UPDATE items SET state = 'queued', queued_at = {now}, updated_at = {now}
+            UPDATE items SET state = 'queued', queued_at = {now}, updated_at = {now}, message_items = NULL
             WHERE id IN :ids AND state || '' = 'pending'
             RETURNING id
             """
         )
         .bindparams(bindparam("ids", expanding=True, type_=Integer))
         .columns(column("id", Integer))
+    )
+
+
+@cache
+def message_items_sql(dialect: str) -> TextClause:
+    """Queued items that share a message of ``:n`` items (by primary key)."""
+    return text("UPDATE items SET message_items = :n WHERE id IN :ids").bindparams(
+        bindparam("ids", expanding=True, type_=Integer), bindparam("n", type_=Integer)
     )
 
 

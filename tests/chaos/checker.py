@@ -505,6 +505,8 @@ def check_history(
     analysis.violations.extend(check_cursors(events))
     for e in events:
         analysis.counts[e.type] += 1
+        if e.type == "item_claimed" and (e.detail or {}).get("batch"):
+            analysis.counts["batched_claims"] += 1  # claimed with others of a batch message
         if e.type in JOB_EVENTS:
             walker.job_event(e)
         elif e.type in ITEM_EVENTS:

@@ -96,6 +96,7 @@ MINIMUM_PER_MINUTE = {
     "resume": 1,
     "cancel": 0.5,
     "items": 150,
+    "batched_claims": 20,  # items claimed with others of a batch message (analysis, noop)
 }
 LONG_RUN_ITEMS = 1000  # a run of 5 minutes or more handles at least this many items
 

@@ -208,6 +208,7 @@ def run_photo_chaos(
         f"{tag} items={items} events={analysis.events} jobs={len(jobs)} waves={run.wave} "
         f"lease_expired={have['lease_expired']} stale_commit_rejected={have['stale_commit_rejected']} "
         f"item_republished={have['item_republished']} item_deferred={have['item_deferred']} "
+        f"batched_claims={have['batched_claims']} "
         f"effects_recovered={dict(recovered)} faults: {fault_line}; "
         f"checked: {dict(files.counts)}; violations={len(everything)} {kinds} "
         f"by kind {dict(Counter(kind_of(v) for v in everything))}"

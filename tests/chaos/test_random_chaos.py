@@ -94,6 +94,8 @@ def run_chaos(
     assert analysis.violations == [], report
     assert live == [], report
     assert outcomes == [], report
+    # And the run tested batch messages: items were claimed together with others of their message
+    assert analysis.counts["batched_claims"] > 0, f"{where}\nno item was claimed in a batch message"
 
 
 def job_outcome(engine: Engine, job: ChaosJob, state: str) -> list[str]:

@@ -108,3 +108,26 @@ def test_publish_sends_a_batch_in_one_round_trip_and_each_message_arrives_as_a_l
     ]
     assert [(m.actor_name, m.args) for m in exif] == [("lane_exif", (20, 1))]
     assert publisher.held(items) == {p.message_id for p in items}
+
+
+def test_a_batch_message_holds_every_item_it_names_while_a_live_worker_has_it(redis_url: str) -> None:
+    # Given 64 noop items published as batch messages of 16 (as a dispatch groups them), and a
+    # live and a dead consumer
+    specs = all_lanes({})
+    publisher = RedisPublisher(build_broker(redis_url), specs)
+    queue = specs["noop"].queue
+    items = [Publish(i, 0, "noop", age=3.0, group=(i - 1) // 16) for i in range(1, 65)]
+    publisher.publish(items)
+    live, dead = build_broker(redis_url), build_broker(redis_url)
+    # When the live one fetches the first message, the dead one the second, then stops beating
+    [first] = [Message.decode(d) for d in live.do_fetch(queue, 1)]
+    [second] = [Message.decode(d) for d in dead.do_fetch(queue, 1)]
+    past = int((time.time() - LIVE_WITHIN - 1) * 1000)
+    publisher.broker.client.zadd(f"{NAMESPACE}:__heartbeats__", {dead.broker_id: past})
+    # Then the messages are batches, and every item of the live one's and of the waiting ones is
+    # held, none of the dead one's
+    assert len(first.args) > 2 and len(second.args) > 2
+    dead_items = set(second.args[::2])
+    held = publisher.held(items)
+    assert held == {p.message_id for p in items if p.item_id not in dead_items}
+    assert {p.item_id for p in items if p.message_id not in held} == dead_items

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from store import items as store_items
 from store import jobs as store_jobs
 from store.dispatch import take_for_dispatch
-from store.fencing import fenced
+from store.fencing import fenced, fenced_batch
 from store.intents import set_photo_hash
 from store.lanes import lane_spec
 from store.models import Item, PhotoLock
@@ -179,3 +179,33 @@ def test_a_middle_lane_succeed_makes_the_next_lane_ready(engine: Engine, tmp_pat
         nxt = s.execute(select(Item).where(Item.job_id == item.job_id, Item.position == 1)).scalar_one()
     assert nxt.state == "pending"
     assert event_counts(engine, "item_ready", item.job_id) == {nxt.id: 1}
+
+
+def test_a_batch_is_claimed_and_finished_within_its_items_budget_in_two_transactions(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # Given eight queued no-op items (a batch message's worth)
+    photos = [store_jobs.PhotoInput(str(tmp_path / f"p{i}.jpg"), 1) for i in range(8)]
+    job = store_jobs.submit(engine, [NOOP], photos).job_id
+    pairs = [(p.item_id, p.token) for p in take_for_dispatch(engine, NOOP)]
+    store_items.claim(engine, NOOP, 999_999, 0, "warm-up")
+    commits: list[int] = []
+    event.listen(engine, "commit", lambda conn: commits.append(1))
+
+    # When a worker claims them as one batch and finishes them in one fenced transaction
+    with counting(engine) as claim:
+        outcomes = store_items.claim_batch(engine, NOOP, pairs, "w", {})
+    leases = [o.lease for o in outcomes]
+    assert all(lease is not None for lease in leases)
+    with counting(engine) as succeed:
+        with fenced_batch(engine, [lease.item_id for lease in leases if lease]) as s:
+            for lease in leases:
+                assert lease is not None
+                store_items.succeed(s, lease, {"ok": True}, "w")
+
+    # Then each stays within its items' budget (no statement more per item than a single claim or
+    # succeed), both took one transaction, and every item succeeded once
+    assert len(claim.statements) <= 8 * CLAIM, f"batch claim ran:\n{explain(claim)}"
+    assert len(succeed.statements) <= 8 * SUCCEED_LAST_LANE, f"batch succeed ran:\n{explain(succeed)}"
+    assert len(commits) == 2
+    assert event_counts(engine, "item_succeeded", job) == {lease.item_id: 1 for lease in leases if lease}

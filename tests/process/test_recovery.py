@@ -169,3 +169,32 @@ def test_cpu_bound_actor_keeps_its_lease(
     [item] = items_of(engine, job)
     assert item.state == "succeeded" and item.attempt == 1
     assert event_counts(engine, "lease_expired", job) == {}
+
+
+def test_a_photo_that_kills_its_worker_in_a_batch_costs_each_batch_mate_one_attempt_at_most(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given a 48-photo job whose one photo kills its worker every time, two attempts per item, and
+    # a lane declared with one thread in a one-process fleet, so that first attempts travel in
+    # batch messages of 16 (and a batch of retries would too, if retries were batched)
+    env.update(
+        {"PHOTOJOBS_MAX_ATTEMPTS": "2", "PHOTOJOBS_FLEET_PROCESSES": "1", "PHOTOJOBS_LANE_NOOP_THREADS": "1"}
+    )
+    names = [f"ok-{i:02d}.jpg" for i in range(47)] + ["bad.jpg"]
+    job = submit(env, tmp_path / "photos", 0, {"noop.crash_if": "bad"}, names=names)
+    fleet.start_sweeper()
+    for _ in range(3):
+        fleet.start_worker(threads=1)
+    # When the job runs
+    wait_for(lambda: job_done(engine, job), 120, what="the job to finish")
+    # Then the killer is quarantined after its two attempts and every other photo succeeded
+    items = items_of(engine, job)
+    [bad] = [i for i in items if i.state == "failed"]
+    assert bad.error == "quarantined: killed its worker 2 times"
+    assert sum(i.state == "succeeded" for i in items) == 47
+    # And its first message carried batch-mates, which lost their lease with it once, then ran alone
+    expired = event_counts(engine, "lease_expired", job)
+    assert expired[bad.id] == 2
+    mates = {item: n for item, n in expired.items() if item != bad.id}
+    assert mates, "the photo that kills its worker never shared a message: no batch was tested"
+    assert set(mates.values()) == {1}

@@ -1,0 +1,52 @@
+"""Running a batch message's items: one after another in the worker thread that claimed them.
+
+A lane message may name several items (``store.lanes.LaneSpec.batch``): the lease middleware claims
+them in one transaction and finishes them in one transaction, and in between the lane's actor runs
+each in turn through ``run_batch``. Each item keeps what a message of its own gives it: its own
+``ItemContext`` (lease, parameters, checkpoint, stop requests), its own time limit (the clock
+restarts at each item), and its own outcome — what it returned or raised is recorded on its
+context instead of ending the message, so one bad photo fails alone. An item asked to stop before
+its turn (its job cancelled or paused, its lease lost, the worker shutting down) does not start.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from dramatiq.middleware.threading import Interrupt
+
+from .context import ItemContext, Stopped, set_current
+
+log = logging.getLogger("photojobs.batch")
+
+
+def run_batch(
+    batch: list[ItemContext],
+    body: Callable[[ItemContext], Any],
+    *,
+    restart_clock: Callable[[ItemContext], None] | None = None,
+    throws: tuple[type[BaseException], ...] = (),
+) -> None:
+    """Run ``body`` for each item of ``batch`` in order, recording each one's outcome on its
+    context (``result``, or ``error``); ``restart_clock(ctx)`` before each item (its time limit)."""
+    try:
+        for ctx in batch:
+            ctx.ran = True
+            if ctx.stop_kind is not None:
+                ctx.error = Stopped(ctx.stop_kind, ctx.stop_reason)
+                continue
+            set_current(ctx)
+            if restart_clock is not None:
+                restart_clock(ctx)
+            try:
+                ctx.result = body(ctx)
+            except (Exception, Interrupt) as exc:  # noqa: BLE001 - the item's outcome, not the batch's
+                ctx.error = exc
+                if isinstance(exc, throws):
+                    log.warning("item %s failed with expected exception %s", ctx.item_id, type(exc).__name__)
+                else:
+                    log.error("item %s failed with unhandled exception", ctx.item_id, exc_info=True)
+    finally:
+        set_current(None)
