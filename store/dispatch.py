@@ -199,7 +199,9 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
             return []
         _last_first_job[lane] = job_ids[0]
         ready = pending_of_job_sql(dialect)
-        per_job = [conn.execute(ready, {"lane": lane, "job_id": j, "limit": room}).all() for j in job_ids]
+        # A fair share per job (a batch at least), not the whole room from each of them.
+        share = min(room, max(spec.effective_batch, -(-room // len(job_ids))))
+        per_job = [conn.execute(ready, {"lane": lane, "job_id": j, "limit": share}).all() for j in job_ids]
         picked = [r for group in zip_longest(*per_job) for r in group if r is not None][:room]
         picked = [r for m in _plan(picked, spec, message_room) for r in m]
         if not picked:
