@@ -111,12 +111,20 @@ def plan_messages(
             by_job.setdefault(job_of(r), []).append(r)
         else:
             singles.append([r])
-    counts = {j: -(-len(v) // batch) for j, v in by_job.items()}
+    singles = singles[: max(0, max_messages)]
+    room = max_messages - len(singles)
+    needed = {j: -(-len(v) // batch) for j, v in by_job.items()}
     fresh = sum(len(v) for v in by_job.values())
-    spread = min(fresh, max(1, spec.threads * spec.fleet_processes))
-    while sum(counts.values()) < spread:  # split the job whose messages are fullest
+    target = min(room, max(sum(needed.values()), min(fresh, max(1, spec.threads * spec.fleet_processes))))
+    counts = dict.fromkeys(by_job, 0)
+    while sum(counts.values()) < min(target, sum(needed.values())):  # full messages, job by job in turn
+        for j in counts:
+            if counts[j] < needed[j] and sum(counts.values()) < target:
+                counts[j] += 1
+    while sum(counts.values()) < target:  # then spread: split the job whose messages are fullest
         j = max((j for j in counts if counts[j] < len(by_job[j])), key=lambda j: len(by_job[j]) / counts[j])
         counts[j] += 1
+    by_job = {j: v[: counts[j] * batch] for j, v in by_job.items() if counts[j]}  # the rest waits
     per_job: list[list[list[R]]] = []
     for j, group in by_job.items():
         base, extra = divmod(len(group), counts[j])
@@ -127,7 +135,7 @@ def plan_messages(
             start += n
         per_job.append(chunks)
     interleaved = [m for ms in zip_longest(*per_job) for m in ms if m is not None]
-    return (singles + interleaved)[: max(0, max_messages)]
+    return singles + interleaved
 
 
 def _lane_lock(conn: Connection, lane: str) -> bool:

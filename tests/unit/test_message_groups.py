@@ -63,6 +63,15 @@ def test_the_plan_keeps_to_the_message_room() -> None:
     assert [len(m) for m in messages] == [8] * 5
 
 
+def test_little_message_room_gets_full_messages_not_a_spread() -> None:
+    # Given 16 first attempts (two messages' worth) and room for one message in Redis (a top-up)
+    messages = plan(rows(16), max_messages=1)
+    # Then that one message is full: spreading over the threads never shrinks what fits in the room
+    assert [len(m) for m in messages] == [8]
+    # And with room for three, the 16 spread over all three (the fleet has threads for more)
+    assert [len(m) for m in plan(rows(16), max_messages=3)] == [6, 5, 5]
+
+
 def test_a_lane_with_a_single_attempt_never_batches() -> None:
     # Given a lane whose items have one attempt (a batch-mate killed with a bad photo could not retry)
     single = replace(NOOP, max_attempts=1)
