@@ -23,6 +23,10 @@ from sqlalchemy.orm import Session
 from .errors import StaleLease
 from .events import emit
 from .models import RUNNING, Item
+from .statements import event_sql
+
+# session.info key: the event rows of a batch finish, inserted together before its commit
+DEFERRED_EVENTS = "deferred_events"
 
 
 class FencedSession(Session):
@@ -83,9 +87,12 @@ def fenced_batch(engine: Engine, item_ids: Iterable[int]) -> Iterator[BatchFinis
     recorded: the caller finishes each item on its own, which records the refusal) when any of
     their leases no longer holds."""
     session = BatchFinishSession(engine, item_ids)
+    session.info[DEFERRED_EVENTS] = events = []
     try:
         with session.begin():
             yield session
+            if events:  # the items' event rows in one statement, in the same transaction
+                session.connection().execute(event_sql(engine.dialect.name), events)
     finally:
         session.close()
 

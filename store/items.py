@@ -25,6 +25,7 @@ from .clock import db_now
 from .engine import reader
 from .errors import TRANSIENT, StaleLease, classify_store_error, error_text
 from .events import emit, emit_many
+from .fencing import DEFERRED_EVENTS
 from .lanes import NO_LOCK, LaneSpec
 from .models import (
     CANCEL,
@@ -174,20 +175,23 @@ def claim_batch(
     pair, in the order of ``pairs``. Raises when the transaction fails (nothing is claimed)."""
     leases: dict[int, Lease] = {}
     conflicts: dict[int, Conflict] = {}
+    events: list[dict[str, Any]] = []  # the claims' event rows, inserted together
     with engine.begin() as conn:
         for item_id, token in sorted(pairs):
             request = requests.get(item_id)
             if request is None:
-                lease = _claim_in(conn, spec, item_id, token, worker, None, len(pairs))
+                lease = _claim_in(conn, spec, item_id, token, worker, None, len(pairs), events)
             else:
                 try:
                     with conn.begin_nested():
-                        lease = _claim_in(conn, spec, item_id, token, worker, request, len(pairs))
+                        lease = _claim_in(conn, spec, item_id, token, worker, request, len(pairs), events)
                 except _LockConflict as exc:
                     conflicts[item_id] = exc.conflict
                     continue
             if lease is not None:
                 leases[item_id] = lease
+        if events:
+            conn.execute(event_sql(conn.dialect.name), events)
     outcomes: list[ClaimOutcome] = []
     for item_id, token in pairs:
         request = requests.get(item_id)
@@ -237,10 +241,13 @@ def _claim_in(
     worker: str,
     request: LockRequest | None,
     batch: int = 1,
+    events: list[dict[str, Any]] | None = None,
 ) -> Lease | None:
     """The claim's writes on ``conn`` (see ``claim``): the lease, None when the compare-and-set
     matched no row; raises ``_LockConflict`` (the caller rolls back) when a photo is locked.
-    ``batch``: the items of the message (its ``item_claimed`` event says so when more than one)."""
+    ``batch``: the items of the message (its ``item_claimed`` event says so when more than one);
+    ``events``: where to leave the event row for the caller to insert with its batch's rows (in the
+    same transaction), instead of inserting it now."""
     params = {"item_id": item_id, "token": token, "lane": spec.name, "worker": worker, "ttl": spec.lease_ttl}
     dialect = conn.dialect.name
     row = conn.execute(claim_sql(dialect), params).first()
@@ -261,20 +268,21 @@ def _claim_in(
                 .where(Item.id == item_id)
                 .values(lease_expires_at=db_now() + spec.lease_ttl)
             )
-    conn.execute(
-        event_sql(dialect),
-        {
-            "type": "item_claimed",
-            "job_id": row.job_id,
-            "item_id": item_id,
-            "photo_id": row.photo_id,
-            "lane": spec.name,
-            "attempt": row.attempt,
-            "token": new_token,
-            "worker": worker,
-            "detail": _claim_detail(photo_ids, batch),
-        },
-    )
+    claimed = {
+        "type": "item_claimed",
+        "job_id": row.job_id,
+        "item_id": item_id,
+        "photo_id": row.photo_id,
+        "lane": spec.name,
+        "attempt": row.attempt,
+        "token": new_token,
+        "worker": worker,
+        "detail": _claim_detail(photo_ids, batch),
+    }
+    if events is None:
+        conn.execute(event_sql(dialect), claimed)
+    else:
+        events.append(claimed)
     lanes = tuple(row.lanes or ())
     return Lease(
         item_id=item_id,
@@ -585,20 +593,25 @@ def succeed(
         write(s)
     if lease.holds_locks:
         release_locks(s, lease.item_id)
-    conn.execute(
-        event_sql(dialect),
-        {
-            "type": "item_succeeded",
-            "job_id": lease.job_id,
-            "item_id": lease.item_id,
-            "photo_id": lease.photo_id,
-            "lane": lease.lane,
-            "attempt": lease.attempt,
-            "token": lease.token,
-            "worker": worker,
-            "detail": {"result": result} if result else None,
-        },
-    )
+    succeeded = {
+        "type": "item_succeeded",
+        "job_id": lease.job_id,
+        "item_id": lease.item_id,
+        "photo_id": lease.photo_id,
+        "lane": lease.lane,
+        "attempt": lease.attempt,
+        "token": lease.token,
+        "worker": worker,
+        "detail": {"result": result} if result else None,
+    }
+    deferred = s.info.get(DEFERRED_EVENTS)
+    if deferred is not None and last_lane:
+        # A batch finish (store.fencing.fenced_batch) inserts its rows together before the commit;
+        # only a last lane's: nothing follows it, so the events keep their order within the item
+        # (a next lane's ``item_ready`` always comes after its predecessor's success).
+        deferred.append(succeeded)
+    else:
+        conn.execute(event_sql(dialect), succeeded)
     if not last_lane:
         advance_pipeline(s, lease.job_id, lease.position, lease.photo_ids, len(lease.job_lanes))
 
