@@ -489,6 +489,7 @@ class LeaseMiddleware(Middleware):
             return
         try:
             with fenced_batch(self.engine, [ctx.item_id for ctx, _, _ in plans]) as s:
+                store_items.lock_batch_finish(s, [ctx.lease for ctx, _, _ in plans])
                 for _, _, write in plans:
                     write(s)
         except Exception as exc:  # noqa: BLE001 - each item on its own says what went wrong

@@ -45,7 +45,7 @@ from .models import (
     Photo,
     unindexed_state,
 )
-from .photo_locks import Conflict, LockRequest
+from .photo_locks import Conflict, LockRequest, lock_photo_rows
 from .photo_locks import take as take_photo_locks
 from .statements import (
     DROP_LOCKS,
@@ -167,41 +167,86 @@ def claim_batch(
     worker: str,
     requests: Mapping[int, LockRequest | None],
 ) -> list[ClaimOutcome]:
-    """The claims of a batch message's items (``pairs``: (item id, token)) in one transaction: for
-    each, in ascending item id, the compare-and-set, lock request (``requests[item id]``, in a
-    savepoint: a locked photo rolls back that item's claim alone) and ``item_claimed`` event of
-    ``claim``. Then, outside it, an item whose photo was locked is deferred and one whose
-    compare-and-set matched nothing is looked at again (``claim``'s second look). One outcome per
-    pair, in the order of ``pairs``. Raises when the transaction fails (nothing is claimed)."""
+    """The claims of a batch message's items (``pairs``: (item id, token)) in one transaction, in
+    the global lock order: every item's compare-and-set (``claim``'s, in ascending item id), then —
+    when locks are asked (``requests[item id]``) — all their photos' rows at once in ascending photo
+    id (PostgreSQL: a transaction that locked one photo and then waited for another out of that
+    order could deadlock with a submission or another batch), then each item's lock rows and
+    ``item_claimed`` event (the events in one statement). An item whose photo is locked by other
+    work has its compare-and-set undone in the same transaction (token and attempt as before) and
+    is deferred, holding nothing. Then, outside it, an item whose compare-and-set matched nothing is
+    looked at again (``claim``'s second look). One outcome per pair, in the order of ``pairs``.
+    Raises when the transaction fails (nothing is claimed)."""
     leases: dict[int, Lease] = {}
-    conflicts: dict[int, Conflict] = {}
+    deferred: dict[int, ClaimOutcome] = {}
     events: list[dict[str, Any]] = []  # the claims' event rows, inserted together
     with engine.begin() as conn:
+        rows: dict[int, Any] = {}
         for item_id, token in sorted(pairs):
+            row = _claim_cas(conn, spec, item_id, token, worker)
+            if row is not None:
+                rows[item_id] = row
+        if conn.dialect.name == "postgresql" and any(requests.get(i) is not None for i in rows):
+            lock_photo_rows(conn, [p for i, r in rows.items() for p in _row_photos(conn, i, r)])
+        for item_id, row in rows.items():
             request = requests.get(item_id)
-            if request is None:
-                lease = _claim_in(conn, spec, item_id, token, worker, None, len(pairs), events)
+            got = _claim_rest(conn, spec, item_id, row, worker, request, len(pairs), events, rows_locked=True)
+            if isinstance(got, Conflict):
+                assert request is not None
+                _unclaim(conn, spec.name, item_id, row, worker, request.retry_after, got)
+                reason = f"photo {got.photo_id} locked by item {got.held_by}"
+                deferred[item_id] = ClaimOutcome(None, reason, True, True)
             else:
-                try:
-                    with conn.begin_nested():
-                        lease = _claim_in(conn, spec, item_id, token, worker, request, len(pairs), events)
-                except _LockConflict as exc:
-                    conflicts[item_id] = exc.conflict
-                    continue
-            if lease is not None:
-                leases[item_id] = lease
+                leases[item_id] = got
         if events:
             conn.execute(event_sql(conn.dialect.name), events)
     outcomes: list[ClaimOutcome] = []
     for item_id, token in pairs:
-        request = requests.get(item_id)
         if item_id in leases:
             outcomes.append(ClaimOutcome(leases[item_id], "claimed"))
-        elif item_id in conflicts:
-            outcomes.append(_defer_locked(engine, spec, item_id, token, worker, request, conflicts[item_id]))  # type: ignore[arg-type]
+        elif item_id in deferred:
+            outcomes.append(deferred[item_id])
         else:
-            outcomes.append(_not_claimed(engine, spec, item_id, token, worker, request, False))
+            outcomes.append(_not_claimed(engine, spec, item_id, token, worker, requests.get(item_id), False))
     return outcomes
+
+
+def _row_photos(conn: Connection, item_id: int, row: Any) -> tuple[int, ...]:
+    return (row.photo_id,) if row.photo_id is not None else _bundle_photo_ids(conn, item_id)
+
+
+def _unclaim(
+    conn: Connection, lane: str, item_id: int, row: Any, worker: str, delay: float, conflict: Conflict
+) -> None:
+    """Undo a claim's compare-and-set inside its own transaction (a photo of the item is locked by
+    other work): token, attempt and lease as before the claim, and the item back to ``pending`` for
+    ``delay`` seconds (``item_deferred``), as a claim that rolled back and deferred leaves it."""
+    conn.execute(
+        update(Item)
+        .where(Item.id == item_id, Item.fencing_token == row.fencing_token)
+        .values(
+            state=PENDING,
+            fencing_token=row.fencing_token - 1,
+            attempt=row.attempt - 1,
+            lease_owner=None,
+            lease_expires_at=None,
+            queued_at=None,
+            not_before=db_now() + delay,
+            updated_at=db_now(),
+        )
+    )
+    emit(
+        conn,
+        "item_deferred",
+        job_id=row.job_id,
+        item_id=item_id,
+        photo_id=row.photo_id,
+        lane=lane,
+        attempt=row.attempt - 1,
+        token=row.fencing_token - 1,
+        worker=worker,
+        detail={"reason": "photo locked", "photo": conflict.photo_id, "held_by": conflict.held_by},
+    )
 
 
 def can_chain_claims(engine: Engine) -> bool:
@@ -240,27 +285,52 @@ def _claim_in(
     token: int,
     worker: str,
     request: LockRequest | None,
-    batch: int = 1,
-    events: list[dict[str, Any]] | None = None,
 ) -> Lease | None:
     """The claim's writes on ``conn`` (see ``claim``): the lease, None when the compare-and-set
-    matched no row; raises ``_LockConflict`` (the caller rolls back) when a photo is locked.
-    ``batch``: the items of the message (its ``item_claimed`` event says so when more than one);
-    ``events``: where to leave the event row for the caller to insert with its batch's rows (in the
-    same transaction), instead of inserting it now."""
-    params = {"item_id": item_id, "token": token, "lane": spec.name, "worker": worker, "ttl": spec.lease_ttl}
-    dialect = conn.dialect.name
-    row = conn.execute(claim_sql(dialect), params).first()
+    matched no row; raises ``_LockConflict`` (the caller rolls back) when a photo is locked."""
+    row = _claim_cas(conn, spec, item_id, token, worker)
     if row is None:
         return None
+    lease = _claim_rest(conn, spec, item_id, row, worker, request)
+    if isinstance(lease, Conflict):
+        raise _LockConflict(lease)  # rolls the claim back
+    return lease
+
+
+def _claim_cas(conn: Connection, spec: LaneSpec, item_id: int, token: int, worker: str) -> Any:
+    """The claim's compare-and-set (``store.statements.claim_sql``): its row, or None."""
+    params = {"item_id": item_id, "token": token, "lane": spec.name, "worker": worker, "ttl": spec.lease_ttl}
+    return conn.execute(claim_sql(conn.dialect.name), params).first()
+
+
+def _claim_rest(
+    conn: Connection,
+    spec: LaneSpec,
+    item_id: int,
+    row: Any,
+    worker: str,
+    request: LockRequest | None,
+    batch: int = 1,
+    events: list[dict[str, Any]] | None = None,
+    rows_locked: bool = False,
+) -> Lease | Conflict:
+    """The rest of a claim whose compare-and-set matched ``row``: the photo locks ``request`` asks
+    for (a ``Conflict``, with nothing of them written, when a photo is locked by other work), then
+    the ``item_claimed`` event. ``batch``: the items of the message (the event says so when more
+    than one); ``events``: where to leave the event row for the caller to insert with its batch's
+    rows (same transaction) instead of inserting it now; ``rows_locked``: the photos' rows are
+    already locked (a batch claim locks all its photos at once, in ascending order)."""
     photo_ids = (row.photo_id,) if row.photo_id is not None else _bundle_photo_ids(conn, item_id)
     new_token = row.fencing_token
     holds = request is not None and bool(photo_ids)
     current: dict[int, str] = {}
     if holds:
-        conflict = take_photo_locks(conn, item_id, photo_ids, request, new_token, current)  # type: ignore[arg-type]
+        assert request is not None
+        conflict = take_photo_locks(
+            conn, item_id, photo_ids, request, new_token, current, rows_locked=rows_locked
+        )
         if conflict is not None:
-            raise _LockConflict(conflict)  # rolls the claim back
+            return conflict
         if row.photo_id is None:
             # A bundle's thousands of lock rows take time: its lease runs from now.
             conn.execute(
@@ -280,7 +350,7 @@ def _claim_in(
         "detail": _claim_detail(photo_ids, batch),
     }
     if events is None:
-        conn.execute(event_sql(dialect), claimed)
+        conn.execute(event_sql(conn.dialect.name), claimed)
     else:
         events.append(claimed)
     lanes = tuple(row.lanes or ())
@@ -506,6 +576,26 @@ def lock_for_finish(s: Session, lease: Lease) -> str | None:
     control = lock_job(s, lease.job_id)
     s.info[key] = control
     return control
+
+
+def lock_batch_finish(s: Session, leases: Sequence[Lease]) -> None:
+    """Before a batch finish writes anything (PostgreSQL): its jobs share-locked, its items and its
+    photos locked, each set in ascending id — the global order job -> item -> photo, which the
+    finishes one after another (each job, item, photo in turn) would cross between items. The
+    jobs' control requests are kept for ``lock_for_finish``. SQLite serializes whole transactions."""
+    if s.get_bind().dialect.name != "postgresql" or not leases:
+        return
+    jobs = sorted({lease.job_id for lease in leases})
+    controls = s.execute(
+        select(Job.id, Job.control).where(Job.id.in_(jobs)).order_by(Job.id).with_for_update(read=True)
+    ).all()
+    for job_id, control in controls:
+        s.info[("finish_locked", job_id)] = control
+    items = sorted(lease.item_id for lease in leases)
+    s.execute(select(Item.id).where(Item.id.in_(items)).order_by(Item.id).with_for_update()).all()
+    photos = [p for lease in leases for p in lease.photo_ids]
+    if photos:
+        lock_photo_rows(s.connection(), photos)
 
 
 def release_locks(s: Session, item_id: int) -> int | None:

@@ -330,6 +330,14 @@ def _bundle_item(s: Session, job_id: int, lane: str, pos: int, photos: int, now:
 
 
 def _photo_ids(s: Session, engine: Engine, photos: Sequence[PhotoInput], now: float) -> dict[str, int]:
+    photos = sorted(photos, key=lambda p: p.path)  # new rows in one order across submissions
+    if engine.dialect.name == "postgresql":
+        # The known photos' rows first, in ascending id, the one order every transaction that locks
+        # several photos keeps (a batch claim, a bundle): the upsert below would lock them in path
+        # order, and a path order crossed with another transaction's id order deadlocked (the long
+        # photo chaos run, a submission against a batch claim and a rename).
+        known = select(Photo.id).where(Photo.path.in_([p.path for p in photos])).order_by(Photo.id)
+        s.execute(known.with_for_update()).all()
     stmt = _insert_ignore(engine)
     # a known photo keeps the file time recorded first (rename names stay stable across edits)
     stmt = stmt.on_conflict_do_update(

@@ -53,6 +53,24 @@ _ROW_LOCKS = (
     .bindparams(bindparam("ids", expanding=True))
     .columns(column("id", Integer), column("path", String))
 )
+_ROW_PATHS = (
+    text("SELECT id, path FROM photos WHERE id IN :ids")
+    .bindparams(bindparam("ids", expanding=True))
+    .columns(column("id", Integer), column("path", String))
+)
+
+
+def lock_photo_rows(conn: Connection, photo_ids: Sequence[int], *, wait: bool = True) -> dict[int, str]:
+    """PostgreSQL: lock the photos' rows in ascending id (the one order every transaction that
+    locks several photos keeps), returning each one's path as of its lock; ``wait=False``: they are
+    locked by this transaction already, only their paths are read."""
+    paths: dict[int, str] = {}
+    for chunk in chunked(sorted(set(photo_ids))):
+        for row in conn.execute(_ROW_LOCKS if wait else _ROW_PATHS, {"ids": list(chunk)}):
+            paths[row.id] = row.path
+    return paths
+
+
 _HELD = (
     text("SELECT photo_id, item_id, mode FROM photo_locks WHERE photo_id IN :ids")
     .bindparams(bindparam("ids", expanding=True))
@@ -73,6 +91,8 @@ def take(
     request: LockRequest,
     token: int,
     paths: dict[int, str] | None = None,
+    *,
+    rows_locked: bool = False,
 ) -> Conflict | None:
     """Lock the photos for ``item_id`` (caller's transaction, after the item's row): the first
     conflict, or None with the lock rows written (this item's older rows, kept by its unsettled
@@ -88,10 +108,10 @@ def take(
         # be read by a *later* statement, whose snapshot includes what a claimer we waited for
         # committed (read in the same statement, they came from before the wait: two exclusive
         # holders — found by the photo chaos run). SQLite's BEGIN IMMEDIATE serializes claims.
-        for chunk in chunked(ordered):
-            for row in conn.execute(_ROW_LOCKS, {"ids": list(chunk)}):
-                if paths is not None:
-                    paths[row.id] = row.path
+        # A batch claim has locked them already (``rows_locked``): reading them again takes no wait.
+        got = lock_photo_rows(conn, ordered, wait=not rows_locked)
+        if paths is not None:
+            paths.update(got)
     own = False
     for chunk in chunked(ordered):
         for row in conn.execute(_HELD, {"ids": list(chunk)}):

@@ -137,19 +137,27 @@ def test_redis_flushall_mid_job_loses_nothing(
     assert len(counts) == 40 and set(counts.values()) == {1}
 
 
+def run_with_a_killer(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path, names: list[str], workers: int
+) -> tuple[int, list[Item]]:
+    """A noop job over ``names`` whose ``bad`` photo kills its worker, run to the end by a sweeper
+    and ``workers`` one-thread workers: (job id, its items)."""
+    job = submit(env, tmp_path / "photos", 0, {"noop.crash_if": "bad"}, names=names)
+    fleet.start_sweeper()
+    for _ in range(workers):
+        fleet.start_worker(threads=1)
+    wait_for(lambda: job_done(engine, job), 120, what="the job to finish")
+    return job, items_of(engine, job)
+
+
 def test_item_that_kills_its_worker_is_quarantined(
     engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
 ) -> None:
     # Given a job whose one photo kills its worker every time, and more workers than attempts
     names = ["ok-1.jpg", "ok-2.jpg", "bad.jpg", "ok-3.jpg"]
-    job = submit(env, tmp_path / "photos", 0, {"noop.crash_if": "bad"}, names=names)
-    fleet.start_sweeper()
-    for _ in range(4):
-        fleet.start_worker(threads=1)
     # When the job runs
-    wait_for(lambda: job_done(engine, job), 120, what="the job to finish")
+    job, items = run_with_a_killer(engine, env, fleet, tmp_path, names, workers=4)
     # Then the killer is failed as quarantined after PHOTOJOBS_MAX_ATTEMPTS (3), the others succeed
-    items = items_of(engine, job)
     bad = [i for i in items if i.state == "failed"]
     assert len(bad) == 1 and bad[0].error == "quarantined: killed its worker 3 times"
     assert sum(i.state == "succeeded" for i in items) == 3
@@ -181,14 +189,9 @@ def test_a_photo_that_kills_its_worker_in_a_batch_costs_each_batch_mate_one_atte
         {"PHOTOJOBS_MAX_ATTEMPTS": "2", "PHOTOJOBS_FLEET_PROCESSES": "1", "PHOTOJOBS_LANE_NOOP_THREADS": "1"}
     )
     names = [f"ok-{i:02d}.jpg" for i in range(47)] + ["bad.jpg"]
-    job = submit(env, tmp_path / "photos", 0, {"noop.crash_if": "bad"}, names=names)
-    fleet.start_sweeper()
-    for _ in range(3):
-        fleet.start_worker(threads=1)
     # When the job runs
-    wait_for(lambda: job_done(engine, job), 120, what="the job to finish")
+    job, items = run_with_a_killer(engine, env, fleet, tmp_path, names, workers=3)
     # Then the killer is quarantined after its two attempts and every other photo succeeded
-    items = items_of(engine, job)
     [bad] = [i for i in items if i.state == "failed"]
     assert bad.error == "quarantined: killed its worker 2 times"
     assert sum(i.state == "succeeded" for i in items) == 47

@@ -1,0 +1,172 @@
+"""Batch claims (``store.items.claim_batch``) of a lane with photo locks, on SQLite and PostgreSQL:
+a locked photo defers its item alone, and two batches whose photos come in crossed orders claim
+without a deadlock (all of a batch's photos are locked at once, in ascending id)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, event, select
+from sqlalchemy.orm import Session
+
+from store import items as store_items
+from store import jobs as store_jobs
+from store.dispatch import take_for_dispatch
+from store.fencing import fenced_batch
+from store.intents import set_photo_hash
+from store.lanes import lane_spec
+from store.models import Item, PhotoLock
+from store.photo_locks import EXCLUSIVE, SHARED, LockRequest
+from tests.support import events_of
+
+ANALYSIS = lane_spec("analysis", env={})  # a shared photo lock
+EXIF = lane_spec("exif", env={})  # an exclusive one
+
+
+def queued(engine: Engine, spec: Any, paths: list[Path]) -> list[tuple[int, int, int]]:
+    """A job of ``spec``'s lane over ``paths``, dispatched: (item id, token, photo id) in item order."""
+    job = store_jobs.submit(engine, [spec], [store_jobs.PhotoInput(str(p), 1) for p in paths]).job_id
+    take_for_dispatch(engine, spec)
+    with Session(engine) as s:
+        rows = s.execute(
+            select(Item.id, Item.fencing_token, Item.photo_id).where(Item.job_id == job).order_by(Item.id)
+        ).all()
+    return [(r.id, r.fencing_token, r.photo_id) for r in rows]
+
+
+def test_a_locked_photo_defers_its_item_alone_and_leaves_it_as_before(engine: Engine, tmp_path: Path) -> None:
+    # Given three queued analysis items, the second one's photo held exclusively by an exif item
+    paths = [tmp_path / f"p{i}.jpg" for i in range(3)]
+    items = queued(engine, ANALYSIS, paths)
+    [(exif_item, exif_token, _)] = queued(engine, EXIF, [paths[1]])
+    holder = store_items.claim(engine, EXIF, exif_item, exif_token, "other", LockRequest(EXCLUSIVE, 0.2))
+    assert holder.lease is not None
+    # When a worker claims the three as one batch
+    request = LockRequest(SHARED, 0.5)
+    requests = dict.fromkeys([i for i, _, _ in items], request)
+    outcomes = store_items.claim_batch(engine, ANALYSIS, [(i, t) for i, t, _ in items], "w", requests)
+    # Then the first and third are claimed with their shared locks; the second is deferred, with
+    # the token and attempt it had, no lock row and no claim event
+    assert [o.lease is not None for o in outcomes] == [True, False, True]
+    assert outcomes[1].deferred and outcomes[1].locked and "locked by item" in outcomes[1].reason
+    with Session(engine) as s:
+        second = s.get(Item, items[1][0])
+        assert second is not None
+        state = (second.state, second.fencing_token, second.attempt, second.lease_owner)
+        assert state == ("pending", 0, 0, None)
+        held = s.execute(select(PhotoLock.item_id, PhotoLock.mode)).all()
+    assert sorted(held) == sorted([(exif_item, "X"), (items[0][0], "S"), (items[2][0], "S")])
+    assert events_of(engine, "item_claimed", items[1][0]) == []
+    [deferred] = events_of(engine, "item_deferred", items[1][0])
+    assert deferred.detail["held_by"] == exif_item  # type: ignore[index]
+
+
+@contextmanager
+def meeting_after_the_first_photo_lock(
+    engine: Engine, marks: tuple[str, ...] = ("FROM photos",)
+) -> Iterator[threading.Barrier]:
+    """Each thread, right after its first statement that locks photo rows (``FOR UPDATE`` on a
+    statement with one of ``marks``, or an ``UPDATE photos``), waits (3 s at most) for the other
+    to have run its own: the interleaving that deadlocks two transactions that lock their photos
+    one at a time in crossed orders."""
+    barrier = threading.Barrier(2)
+    seen = threading.local()
+
+    def locks_photos(statement: str) -> bool:
+        if statement.lstrip().startswith("UPDATE photos"):
+            return "UPDATE photos" in marks
+        return "FOR UPDATE" in statement and any(m in statement for m in marks)
+
+    def after(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if locks_photos(statement) and not getattr(seen, "done", False):
+            seen.done = True
+            try:
+                barrier.wait(timeout=3)
+            except threading.BrokenBarrierError:
+                pass  # the other is blocked on a lock this one holds: go on and commit
+
+    event.listen(engine, "after_cursor_execute", after)
+    try:
+        yield barrier
+    finally:
+        event.remove(engine, "after_cursor_execute", after)
+
+
+def test_two_batches_with_crossed_photo_orders_claim_without_a_deadlock(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # Given two jobs over the same two photos, whose items come in crossed photo orders
+    p1, p2 = tmp_path / "one.jpg", tmp_path / "two.jpg"
+    first = queued(engine, ANALYSIS, [p1, p2])
+    second = queued(engine, ANALYSIS, [p2, p1])
+    assert [p for _, _, p in first] == list(reversed([p for _, _, p in second]))
+    request = LockRequest(SHARED, 0.5)
+    errors: list[BaseException] = []
+    claimed: list[int] = []
+
+    def claim(items: list[tuple[int, int, int]], worker: str) -> None:
+        try:
+            outcomes = store_items.claim_batch(
+                engine, ANALYSIS, [(i, t) for i, t, _ in items], worker, {i: request for i, _, _ in items}
+            )
+            claimed.extend(o.lease.item_id for o in outcomes if o.lease is not None)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    # When two workers claim them as two batches at once, meeting after their first photo lock
+    with meeting_after_the_first_photo_lock(engine):
+        threads = [threading.Thread(target=claim, args=(b, w)) for b, w in ((first, "w1"), (second, "w2"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    # Then neither transaction failed (no deadlock) and all four items hold their shared locks
+    assert errors == [], errors
+    assert sorted(claimed) == sorted(i for i, _, _ in first + second)
+
+
+def test_two_batch_finishes_with_crossed_photo_orders_commit_without_a_deadlock(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # Given two claimed analysis batches over the same two photos, in crossed photo orders
+    p1, p2 = tmp_path / "one.jpg", tmp_path / "two.jpg"
+    batches = [queued(engine, ANALYSIS, [p1, p2]), queued(engine, ANALYSIS, [p2, p1])]
+    request = LockRequest(SHARED, 0.5)
+    leases = []
+    for items in batches:
+        outcomes = store_items.claim_batch(
+            engine, ANALYSIS, [(i, t) for i, t, _ in items], "w", {i: request for i, _, _ in items}
+        )
+        leases.append([o.lease for o in outcomes if o.lease is not None])
+    assert [len(b) for b in leases] == [2, 2]
+    errors: list[BaseException] = []
+
+    def finish(batch: list[store_items.Lease]) -> None:
+        """As ``LeaseMiddleware.finish_batch`` does for analysis successes: each item's fenced
+        success with its photo's hash, in (job, item) order, in one transaction."""
+        try:
+            with fenced_batch(engine, [lease.item_id for lease in batch]) as s:
+                store_items.lock_batch_finish(s, batch)
+                for lease in batch:
+                    photo = lease.photo_id
+                    write = [lambda s, photo=photo: set_photo_hash(s, photo, "ab" * 32, 1)]
+                    store_items.succeed(s, lease, {"ok": True}, "w", write)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    # When both finish at once, meeting after their first photo row lock
+    with meeting_after_the_first_photo_lock(engine, ("UPDATE photos", "FROM photos")):
+        threads = [threading.Thread(target=finish, args=(b,)) for b in leases]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    # Then neither failed, every item succeeded once, and no photo lock is left
+    assert errors == [], errors
+    with Session(engine) as s:
+        states = s.execute(select(Item.state).where(Item.lane == "analysis")).scalars().all()
+        assert set(states) == {"succeeded"} and s.execute(select(PhotoLock)).first() is None
