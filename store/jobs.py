@@ -478,9 +478,17 @@ def list_jobs(engine: Engine, limit: int = 20) -> list[JobStatus]:
 def _set_items(
     s: Session, job_id: int, from_states: Sequence[str], to_state: str, event: str, why: str
 ) -> int:
+    """The job's items in ``from_states`` become ``to_state`` (the caller holds the job row for
+    update). On PostgreSQL they are first locked in ascending id, the order a batch claim and a
+    dispatch lock items in: the ``UPDATE`` alone locks them in the order it finds them (heap
+    order, which updates shuffle), and a cancel of a 100k-item job that had locked a batch's later
+    item while the batch's claim held its earlier one deadlocked with it (CI, December 2026)."""
+    where = (Item.job_id == job_id, Item.state.in_(tuple(from_states)))
+    if s.get_bind().dialect.name == "postgresql":
+        s.execute(select(Item.id).where(*where).order_by(Item.id).with_for_update()).all()
     rows = s.execute(
         update(Item)
-        .where(Item.job_id == job_id, Item.state.in_(tuple(from_states)))
+        .where(*where)
         .values(state=to_state, queued_at=None, updated_at=db_now())
         .returning(Item.id, Item.photo_id, Item.lane, Item.attempt, Item.fencing_token)
     ).all()

@@ -5,12 +5,13 @@ without a deadlock (all of a batch's photos are locked at once, in ascending id)
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, event, select
+from sqlalchemy import Engine, event, func, select, text, update
 from sqlalchemy.orm import Session
 
 from store import items as store_items
@@ -170,3 +171,79 @@ def test_two_batch_finishes_with_crossed_photo_orders_commit_without_a_deadlock(
     with Session(engine) as s:
         states = s.execute(select(Item.state).where(Item.lane == "analysis")).scalars().all()
         assert set(states) == {"succeeded"} and s.execute(select(PhotoLock)).first() is None
+
+
+NOOP = lane_spec("noop", env={})
+
+
+def backend_waits_for_a_lock(engine: Engine, deadline: float = 5.0) -> bool:
+    """PostgreSQL: poll (with a deadline) until some backend waits for a row or transaction lock."""
+    probe = select(func.count()).select_from(text("pg_stat_activity")).where(text("wait_event_type = 'Lock'"))
+    end = time.monotonic() + deadline
+    with engine.connect() as conn:
+        while time.monotonic() < end:
+            if conn.execute(probe).scalar_one():
+                return True
+            conn.rollback()
+            time.sleep(0.01)
+    return False
+
+
+def test_a_cancel_meeting_a_batch_claim_midway_does_not_deadlock(engine: Engine, tmp_path: Path) -> None:
+    # Given a job's two queued no-op items A < B, whose rows lie in the table (and in its indexes'
+    # ties) in the order B, A: updates move rows (A went pending and queued again), so a cancel
+    # that locks rows in the order it finds them meets B first
+    [(a, token_a, _), (b, token_b, _)] = queued(engine, NOOP, [tmp_path / "a.jpg", tmp_path / "b.jpg"])
+    with Session(engine) as s, s.begin():
+        for state in ("pending", "queued"):
+            s.execute(update(Item).where(Item.id == a).values(state=state))
+        job = s.execute(select(Item.job_id).where(Item.id == a)).scalar_one()
+        if engine.dialect.name == "postgresql":
+            heap = s.execute(select(Item.id).where(Item.job_id == job).order_by(text("ctid"))).scalars().all()
+            assert heap == [b, a]
+    barrier = threading.Barrier(2)
+    claiming = threading.local()
+    errors: list[BaseException] = []
+    outcomes: list[store_items.ClaimOutcome] = []
+    cancelled: list[int] = []
+
+    def after(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        """The batch claim, right after its first compare-and-set (item A locked), lets the cancel
+        start and waits until it is blocked on a lock (PostgreSQL), then goes on to B."""
+        if getattr(claiming, "on", False) and "SET state = 'running'" in statement:
+            claiming.on = False
+            barrier.wait(timeout=5)
+            if engine.dialect.name == "postgresql":
+                assert backend_waits_for_a_lock(engine), "the cancel never waited for the claim"
+
+    def claim() -> None:
+        claiming.on = True
+        try:
+            outcomes.extend(store_items.claim_batch(engine, NOOP, [(a, token_a), (b, token_b)], "w", {}))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    def cancel() -> None:
+        try:
+            barrier.wait(timeout=5)
+            cancelled.append(store_jobs.cancel(engine, job))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    # When the job is cancelled while a worker's batch claim holds A and has not reached B
+    event.listen(engine, "after_cursor_execute", after)
+    try:
+        threads = [threading.Thread(target=claim), threading.Thread(target=cancel)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    finally:
+        event.remove(engine, "after_cursor_execute", after)
+    # Then neither transaction failed (no deadlock); the claim came first and holds both items,
+    # which the cancel asks to stop (none of them cancelled outright)
+    assert errors == [], errors
+    assert [o.lease is not None for o in outcomes] == [True, True]
+    assert cancelled == [0]
+    with Session(engine) as s:
+        assert set(s.execute(select(Item.state).where(Item.job_id == job)).scalars()) == {"running"}
