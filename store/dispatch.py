@@ -211,12 +211,14 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
         share = min(room, max(spec.effective_batch, -(-room // len(job_ids))))
         per_job = [conn.execute(ready, {"lane": lane, "job_id": j, "limit": share}).all() for j in job_ids]
         picked = [r for group in zip_longest(*per_job) for r in group if r is not None][:room]
-        picked = [r for m in _plan(picked, spec, message_room) for r in m]
+        messages = _plan(picked, spec, message_room)
+        picked = [r for m in messages for r in m]
         if not picked:
             return []
         queued_ids = set(conn.execute(mark_queued_sql(dialect), {"ids": [r.id for r in picked]}).scalars())
-        # A concurrent pause/cancel took the others (PostgreSQL): plan the messages of the rest.
-        messages = _plan([r for r in picked if r.id in queued_ids], spec, message_room)
+        if len(queued_ids) < len(picked):
+            # A concurrent pause/cancel took the others (PostgreSQL): plan the messages of the rest.
+            messages = _plan([r for r in picked if r.id in queued_ids], spec, message_room)
         by_size: dict[int, list[int]] = {}
         for m in messages:
             if len(m) > 1:

@@ -320,7 +320,7 @@ def _claim_rest(
     than one); ``events``: where to leave the event row for the caller to insert with its batch's
     rows (same transaction) instead of inserting it now; ``rows_locked``: the photos' rows are
     already locked (a batch claim locks all its photos at once, in ascending order)."""
-    photo_ids = (row.photo_id,) if row.photo_id is not None else _bundle_photo_ids(conn, item_id)
+    photo_ids = _row_photos(conn, item_id, row)
     new_token = row.fencing_token
     holds = request is not None and bool(photo_ids)
     current: dict[int, str] = {}

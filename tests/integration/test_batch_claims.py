@@ -26,6 +26,7 @@ from tests.support import events_of
 
 ANALYSIS = lane_spec("analysis", env={})  # a shared photo lock
 EXIF = lane_spec("exif", env={})  # an exclusive one
+NOOP = lane_spec("noop", env={})  # no lock
 
 
 def queued(engine: Engine, spec: Any, paths: list[Path]) -> list[tuple[int, int, int]]:
@@ -171,9 +172,6 @@ def test_two_batch_finishes_with_crossed_photo_orders_commit_without_a_deadlock(
     with Session(engine) as s:
         states = s.execute(select(Item.state).where(Item.lane == "analysis")).scalars().all()
         assert set(states) == {"succeeded"} and s.execute(select(PhotoLock)).first() is None
-
-
-NOOP = lane_spec("noop", env={})
 
 
 def backend_waits_for_a_lock(engine: Engine, deadline: float = 5.0) -> bool:
