@@ -71,12 +71,16 @@ class FileEffects:
         if verdict.state == recovery.APPLIED:
             self._settle(intent, "applied", verdict.note)
             return Applied(intent.id, intent.kind, intent.target, True, verdict.note)
-        self._settle(intent, "discarded", verdict.note)
+        # A move that landed and was then changed by someone else: the store follows the photo to
+        # where it is (path and the content found), and the item fails with the conflict.
+        self._settle(intent, verdict.settles_as, verdict.note, content=verdict.content)
         if verdict.state == recovery.CONFLICT:
             raise PhotoError(Path(intent.target), verdict.note)
         return None
 
-    def _settle(self, intent: IntentRow, state: str, note: str) -> None:
+    def _settle(self, intent: IntentRow, state: str, note: str, content: str | None = None) -> None:
+        """Mark ``intent`` ``state`` (fenced); an applied move or replace moves the photo in the
+        store with it, to the content ``content`` when given (else the planned result)."""
         moves_photo = intent.kind in ("move", "replace") and intent.photo_id == self.ctx.lease.photo_id
         with self.ctx.fenced(f"{state} intent") as s:
             store_intents.settle(
@@ -88,7 +92,7 @@ class FileEffects:
                 photo_path=intent.target
                 if state == "applied" and intent.kind == "move" and moves_photo
                 else None,
-                photo_sha256=intent.sha256 if state == "applied" and moves_photo else None,
+                photo_sha256=(content or intent.sha256) if state == "applied" and moves_photo else None,
                 note=note,
             )
 

@@ -9,6 +9,11 @@ that wakes later finds its source gone and creates nothing; only then does it lo
 - the target holds the base, no staged    -> ``replan`` (discard and redo the work);
 - anything else                           -> ``conflict``: "changed by someone else", nothing touched.
 
+A move whose source name is gone while a file is at its target, which is not the planned result,
+*landed* and the photo was changed there afterwards (an outside edit: ``exiftool -Rating=3``): a
+``conflict`` with ``moved`` set and the content found, so the store follows the photo to the
+target (the intent settles ``applied``) while the item still fails with the conflict.
+
 Intents recorded before content hashes existed (``base_sha256`` None) trust the staged file.
 """
 
@@ -44,11 +49,15 @@ class Verdict:
     state: str  # APPLIED, DISCARDED, REPLAN or CONFLICT
     note: str
     applied_now: bool = False
+    # A CONFLICT after a move that landed: the photo is at the effect's target, holding ``content``
+    # (not the planned result: someone changed it after the move).
+    moved: bool = False
+    content: str | None = None
 
     @property
     def settles_as(self) -> str:
-        """The intent's final state in the store."""
-        return APPLIED if self.state == APPLIED else DISCARDED
+        """The intent's final state in the store (a move that landed is applied, even in conflict)."""
+        return APPLIED if self.state == APPLIED or self.moved else DISCARDED
 
 
 def content_of(path: str | os.PathLike[str]) -> str | None:
@@ -139,6 +148,10 @@ def _decide(effect: Effect, claimed: Path | None, *, may_apply: bool, tag: str) 
     if effect.kind == "move":
         # The photo is ``source`` (content ``base``); ``target`` must still be free.
         src_have = content_of(effect.source) if effect.source else None
+        if src_have is None and claimed is None and have is not None:
+            # Source name and staged link both gone, a file at the target: the move landed (the
+            # link became the target, the source name went) and the photo was changed there since.
+            return _moved_then_changed(effect, have)
         if src_have is None or (base is not None and src_have != base):
             return Verdict(CONFLICT, changed(effect.source or "?", base, src_have))
         if os.path.lexists(target):
@@ -181,6 +194,9 @@ def _legacy_move(effect: Effect, *, may_apply: bool, tag: str) -> Verdict:
         drop_moved_source(source, target, result)
         return Verdict(APPLIED, "found applied on disk")
     if not source or content_of(source) is None:
+        have = content_of(target)
+        if source and have is not None:  # the photo itself moved, then was changed at the target
+            return _moved_then_changed(effect, have)
         return Verdict(CONFLICT, changed(source or "?", result, None))
     if os.path.lexists(target):
         return Verdict(REPLAN, f"target {target} is taken by another file")
@@ -188,3 +204,10 @@ def _legacy_move(effect: Effect, *, may_apply: bool, tag: str) -> Verdict:
         return Verdict(DISCARDED, "not applied; photo left where it was")
     fileops.move_no_clobber(source, target, result, tag=f"mv-{tag}")
     return Verdict(APPLIED, "applied by recovery", applied_now=True)
+
+
+def _moved_then_changed(effect: Effect, have: str) -> Verdict:
+    """The conflict of a move that landed on ``effect.target``, changed there by someone else."""
+    moved = f"after it was moved there from {effect.source}"
+    note = f"{changed(effect.target, effect.result_sha256, have)} ({moved})"
+    return Verdict(CONFLICT, note, moved=True, content=have)

@@ -177,9 +177,9 @@ def settle(
         values["path"] = photo_path
     if photo_sha256 is not None:
         values["sha256"] = photo_sha256
-    if values and lease.photo_id is not None:
-        values["updated_at"] = db_now()
-        s.execute(update(Photo).where(Photo.id == lease.photo_id).values(**values))
+    if values and lease.photo_id is not None and not _follow_photo(s, lease.photo_id, values):
+        note = f"{note or state}; {_NAMED_ELSEWHERE.format(path=photo_path)}"
+        photo_path = None
     s.execute(update(Intent).where(Intent.id == intent_id, Intent.state == RECORDED).values(state=state))
     emit(
         s,
@@ -314,14 +314,35 @@ def settle_orphans(engine: Engine, limit: int = 100) -> int:
     return settled
 
 
+def _follow_photo(s: Session, photo_id: int, values: dict[str, Any]) -> bool:
+    """Move the photo's row to where its file is (``values``: path and/or sha256). False, and the
+    row left as it was, when another photo row already names that path (``photos.path`` is
+    unique): one stuck row must not fail the transaction (the sweeper's would fail every pass)."""
+    try:
+        with s.begin_nested():
+            s.execute(update(Photo).where(Photo.id == photo_id).values(**values, updated_at=db_now()))
+    except IntegrityError:
+        log.warning("photo %s cannot follow its file to %s: another photo row names it", photo_id, values)
+        return False
+    return True
+
+
+_NAMED_ELSEWHERE = "photo row not moved: another photo row already names {path}"
+
+
 def _settle_stopped(s: Session, item: Item, row: IntentRow, verdict: recovery.Verdict) -> int:
+    """Settle one intent of a stopped item as the disk says; an applied move or replace (also a
+    move that landed and was changed afterwards: ``verdict.moved``) moves the photo's row with it."""
     state = verdict.settles_as
     moved = state == APPLIED and row.photo_id is not None and row.kind in ("move", "replace")
+    note = verdict.note
     if moved:
-        values: dict[str, Any] = {"sha256": row.result_sha256, "updated_at": db_now()}
+        values: dict[str, Any] = {"sha256": verdict.content or row.result_sha256}
         if row.kind == "move":
             values["path"] = row.target
-        s.execute(update(Photo).where(Photo.id == row.photo_id).values(**values))
+        if not _follow_photo(s, row.photo_id, values):  # type: ignore[arg-type]
+            note = f"{note}; {_NAMED_ELSEWHERE.format(path=row.target)}"
+            moved = False
     done = s.execute(
         update(Intent).where(Intent.id == row.id, Intent.state == RECORDED).values(state=state)
     ).rowcount
@@ -337,7 +358,7 @@ def _settle_stopped(s: Session, item: Item, row: IntentRow, verdict: recovery.Ve
         worker="sweeper",
         detail={
             "intent": row.id,
-            "note": f"item {item.state}: {verdict.note}",
+            "note": f"item {item.state}: {note}",
             **({"path": row.target} if moved and row.kind == "move" else {}),
         },
     )
