@@ -231,11 +231,13 @@ def serve(host: str, port: int, insecure_local: bool) -> None:
         if not is_loopback(host):
             _fail(f"--insecure-local serves only on a loopback address, not {host}", EX_USAGE)
     try:
-        app = create_app(token=token, insecure=token is None)
+        app = create_app(token=token, insecure=token is None, local_port=port if token is None else None)
     except ValueError as exc:
         _fail(str(exc), EX_USAGE)
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"photojobs serve: http://{shown}:{port}/ (API at /api, schema at /openapi.json)", err=True)
+    if token is None:
+        click.echo("photojobs serve: no token: only a loopback Host, from a loopback page", err=True)
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
 
 

@@ -245,3 +245,18 @@ def unindexed_state(state: str) -> ColumnElement[bool]:
     pending (or waiting) item through ``ix_items_lease`` instead of looking up the listed ids.
     """
     return (Item.state + "") == state
+
+
+class WebSession(Base):
+    """A dashboard session of the web API (revision 0007): ``id`` is the SHA-256 of the session
+    cookie (the cookie itself is never stored), ``created_at``/``last_seen``/``expires_at`` are
+    database times. A session ends at ``expires_at`` (absolute), after ``idle`` seconds without a
+    request, or when its row is deleted (logout)."""
+
+    __tablename__ = "web_sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    last_seen: Mapped[float] = mapped_column(Float)
+    idle: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float, index=True)

@@ -61,7 +61,8 @@ class WebServer:
         if self.proc.poll() is not None:
             raise AssertionError(f"photojobs serve exited {self.proc.returncode}: {self.logs()}")
         try:
-            return httpx.get(self.url + "/healthz", timeout=2).status_code == 200
+            # Up and serving: /healthz answers (503 while Redis or the database is down).
+            return httpx.get(self.url + "/healthz", timeout=5).status_code in (200, 503)
         except httpx.HTTPError:
             return False
 

@@ -22,15 +22,20 @@ from fastapi.staticfiles import StaticFiles
 
 from photojobs.api import Client
 from photojobs.roots import ROOTS_ENV, parse_roots
+from store.retention import parse_age
 
 from . import errors, metrics, routes
-from .auth import authenticate
-from .limits import BodyLimit
+from .auth import LoopbackOnly, authenticate
+from .limits import BodyLimit, LoginLimiter
 from .sse import Sequencer
 
 STATIC = Path(__file__).parent / "static"
 TOKEN_ENV = "PHOTOJOBS_API_TOKEN"
 DEFAULT_MAX_BODY = 1 << 20
+SESSION_IDLE = 30 * 60  # PHOTOJOBS_SESSION_IDLE: a session unused this long ends
+SESSION_MAX_AGE = 12 * 3600  # PHOTOJOBS_SESSION_MAX_AGE: every session ends this long after login
+LOGIN_FAILURES = 10  # PHOTOJOBS_LOGIN_FAILURES wrong tokens per address ...
+LOGIN_WINDOW = 60.0  # ... within PHOTOJOBS_LOGIN_WINDOW seconds: 429 until the oldest leaves it
 # The dashboard loads only its own script and styles, and is never framed (no clickjacking of its buttons).
 PAGE_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
@@ -48,6 +53,9 @@ class WebConfig:
     allowed_origins: tuple[str, ...] = ()
     keepalive: float = 15.0
     poll: float = 0.25
+    session_idle: float = SESSION_IDLE
+    session_max_age: float = SESSION_MAX_AGE
+    login_limiter: LoginLimiter = field(default_factory=LoginLimiter)
     sequencer: Sequencer = field(init=False)
 
     def __post_init__(self) -> None:
@@ -64,6 +72,28 @@ def _env_float(env: dict[str, str], key: str, default: float) -> float:
     return value
 
 
+def _env_age(env: dict[str, str], key: str, default: float) -> float:
+    raw = env.get(key)
+    if not raw:
+        return default
+    try:
+        value = parse_age(raw)
+    except ValueError as exc:
+        raise ValueError(f"{key}: {exc}") from None
+    if value <= 0:
+        raise ValueError(f"{key}={raw!r} must be positive")
+    return value
+
+
+def _env_count(env: dict[str, str], key: str, default: int) -> int:
+    raw = env.get(key)
+    if not raw:
+        return default
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise ValueError(f"{key}={raw!r} must be a whole number of at least 1")
+    return int(raw)
+
+
 def create_app(
     client: Client | None = None,
     *,
@@ -74,6 +104,7 @@ def create_app(
     poll: float | None = None,
     max_body: int | None = None,
     allowed_origins: Sequence[str] | None = None,
+    local_port: int | None = None,
     env: dict[str, str] | None = None,
 ) -> FastAPI:
     """The photojobs web app. Unset arguments come from the environment:
@@ -81,7 +112,13 @@ def create_app(
     ``PHOTOJOBS_API_TOKEN`` (required unless ``insecure=True``), ``PHOTOJOBS_PHOTO_ROOTS``
     (``:``-separated folders submissions may use), ``PHOTOJOBS_SSE_KEEPALIVE`` (15 s),
     ``PHOTOJOBS_SSE_POLL`` (0.25 s), ``PHOTOJOBS_API_MAX_BODY`` (1 MiB),
-    ``PHOTOJOBS_ALLOWED_ORIGINS`` (extra origins for cookie-authenticated changes, space-separated).
+    ``PHOTOJOBS_ALLOWED_ORIGINS`` (extra origins for cookie-authenticated changes, space-separated),
+    ``PHOTOJOBS_SESSION_IDLE`` (30m), ``PHOTOJOBS_SESSION_MAX_AGE`` (12h), ``PHOTOJOBS_LOGIN_FAILURES``
+    (10) wrong tokens per address per ``PHOTOJOBS_LOGIN_WINDOW`` (60 s).
+
+    Without a token (``insecure=True``) every request must name a loopback host in ``Host`` (with
+    ``local_port`` when given) and any ``Origin`` must be a loopback page (``auth.LoopbackOnly``).
+    ``/docs`` and ``/redoc`` are off (they load scripts from a CDN); ``/openapi.json`` is public.
     """
     env = dict(os.environ) if env is None else env
     token = token if token is not None else (env.get(TOKEN_ENV) or None)
@@ -96,8 +133,16 @@ def create_app(
         allowed_origins=tuple(allowed_origins or env.get("PHOTOJOBS_ALLOWED_ORIGINS", "").split()),
         keepalive=keepalive or _env_float(env, "PHOTOJOBS_SSE_KEEPALIVE", 15.0),
         poll=poll or _env_float(env, "PHOTOJOBS_SSE_POLL", 0.25),
+        session_idle=_env_age(env, "PHOTOJOBS_SESSION_IDLE", SESSION_IDLE),
+        session_max_age=_env_age(env, "PHOTOJOBS_SESSION_MAX_AGE", SESSION_MAX_AGE),
+        login_limiter=LoginLimiter(
+            _env_count(env, "PHOTOJOBS_LOGIN_FAILURES", LOGIN_FAILURES),
+            _env_age(env, "PHOTOJOBS_LOGIN_WINDOW", LOGIN_WINDOW),
+        ),
     )
     app = FastAPI(
+        docs_url=None,
+        redoc_url=None,
         title="photojobs",
         version="1",
         description="Durable photo jobs: submit, inspect, control, retry; events as pages and as "
@@ -109,6 +154,8 @@ def create_app(
     app.add_middleware(
         BodyLimit, limit=max_body or int(env.get("PHOTOJOBS_API_MAX_BODY") or DEFAULT_MAX_BODY)
     )
+    if token is None:
+        app.add_middleware(LoopbackOnly, port=local_port)  # outermost: before anything else runs
     app.include_router(routes.public)
     app.include_router(routes.api)
 

@@ -1,23 +1,36 @@
-"""Authentication for the web API: a bearer token, or a session cookie obtained with it.
+"""Authentication for the web API: a bearer token, a server-side session, and the loopback guard.
 
 - ``Authorization: Bearer $PHOTOJOBS_API_TOKEN``, compared in constant time.
-- ``POST /api/session {"token": …}`` sets an HttpOnly, SameSite=Strict cookie holding an expiry and
-  an HMAC of it keyed by the token (stateless: it survives a server restart and dies with a token
-  change). A cookie-authenticated request that changes something must also carry an ``Origin``
-  equal to the app's own origin (or one of ``PHOTOJOBS_ALLOWED_ORIGINS``).
+- ``POST /api/session {"token": …}`` sets an HttpOnly, SameSite=Strict cookie: an absolute expiry,
+  a random nonce and an HMAC of both keyed by the token (it dies with a token change), recorded in
+  the store by its SHA-256 (``store.sessions``: logout revokes it, it ends after an idle time or at
+  its absolute expiry, it survives a server restart and is shared by several server processes). A
+  cookie-authenticated request that changes something must also carry an ``Origin`` equal to the
+  app's own origin (or one of ``PHOTOJOBS_ALLOWED_ORIGINS``).
+- Wrong tokens (login or bearer) are counted per client address (``limits.LoginLimiter``): past
+  the limit, 429 with ``Retry-After``.
+- ``LoopbackOnly`` (a server without a token, ``serve --insecure-local``): every request must name
+  a loopback host (and the server's port) in ``Host``, and an ``Origin``, when sent, must be such a
+  loopback origin too — a foreign page or a DNS-rebound name gets a 403.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
+import json
 import secrets
 import time
 from collections.abc import Iterable
+from urllib.parse import urlsplit
 
 from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .errors import ApiError
+from store.sessions import check_session
+
+from .errors import ApiError, error_body
 
 COOKIE = "photojobs_session"
 SESSION_TTL = 12 * 3600
@@ -48,7 +61,7 @@ def _key(token: str) -> bytes:
 def make_session(token: str, now: float | None = None, ttl: float = SESSION_TTL) -> str:
     """A session cookie value: ``expiry.nonce.hmac``, valid until ``expiry``."""
     expires = int((time.time() if now is None else now) + ttl)
-    payload = f"{expires}.{secrets.token_urlsafe(12)}"
+    payload = f"{expires}.{secrets.token_urlsafe(32)}"
     sig = hmac.new(_key(token), payload.encode(), hashlib.sha256).hexdigest()
     return f"{payload}.{sig}"
 
@@ -78,20 +91,42 @@ def origin_allowed(origin: str | None, own: str, allowed: Iterable[str] = ()) ->
     return origin.rstrip("/") in {own, *(a.rstrip("/") for a in allowed)}
 
 
+def client_address(request: Request) -> str:
+    """The address failed logins are counted against (the peer: behind a proxy, the proxy)."""
+    return request.client.host if request.client else "unknown"
+
+
+def refuse_if_limited(request: Request) -> None:
+    """429 with ``Retry-After`` while this client has had too many wrong tokens."""
+    wait = request.app.state.photojobs.login_limiter.retry_after(client_address(request))
+    if wait:
+        raise ApiError(
+            429,
+            "too_many_attempts",
+            f"too many wrong tokens from this address; try again in {wait} s",
+            {"retry_after": wait},
+            headers={"Retry-After": str(wait)},
+        )
+
+
 def authenticate(request: Request) -> str:
     """FastAPI dependency: ``"bearer"``, ``"cookie"`` or ``"open"`` (no token configured), or an
-    ``ApiError`` 401 (no/bad credentials) or 403 (cookie without a matching Origin)."""
+    ``ApiError`` 401 (no/bad credentials), 403 (cookie without a matching Origin) or 429 (too many
+    wrong tokens from this address)."""
     cfg = request.app.state.photojobs
     if cfg.token is None:
         return "open"
     header = request.headers.get("authorization")
     if header is not None:
+        refuse_if_limited(request)
         if token_matches(bearer_token(header), cfg.token):
             return "bearer"
+        cfg.login_limiter.failed(client_address(request))
         raise ApiError(
             401, "unauthorized", "the bearer token is wrong", headers={"WWW-Authenticate": "Bearer"}
         )
-    if session_valid(request.cookies.get(COOKIE), cfg.token):
+    cookie = request.cookies.get(COOKIE)
+    if session_valid(cookie, cfg.token) and check_session(cfg.client.engine, cookie or ""):
         if request.method not in SAFE_METHODS and not origin_allowed(
             request.headers.get("origin"), own_origin(request), cfg.allowed_origins
         ):
@@ -108,3 +143,84 @@ def authenticate(request: Request) -> str:
         "send Authorization: Bearer <PHOTOJOBS_API_TOKEN>, or log in at POST /api/session",
         headers={"WWW-Authenticate": "Bearer"},
     )
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` (or a name under ``.localhost``), 127.0.0.0/8 or ::1 (brackets allowed)."""
+    name = host.strip().lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def split_host(value: str) -> tuple[str, int | None] | None:
+    """``host[:port]`` (``[v6][:port]``) -> (host, port); None when it does not parse."""
+    try:
+        parts = urlsplit("//" + value.strip())
+        return (parts.hostname or "", parts.port)
+    except ValueError:
+        return None
+
+
+def loopback_target(value: str | None, port: int | None, default_port: int) -> bool:
+    """True for a ``Host`` value naming a loopback host with the server's port (any port when the
+    server's is unknown)."""
+    parsed = split_host(value or "")
+    if parsed is None or not parsed[0] or not is_loopback(parsed[0]):
+        return False
+    return port is None or (parsed[1] if parsed[1] is not None else default_port) == port
+
+
+def loopback_origin(origin: str, port: int | None) -> bool:
+    """True for an ``Origin`` such as ``http://127.0.0.1:PORT`` (a loopback host, the server's port)."""
+    try:
+        parts = urlsplit(origin.strip())
+    except ValueError:
+        return False
+    if parts.scheme not in ("http", "https") or "@" in parts.netloc or parts.path not in ("", "/"):
+        return False
+    return loopback_target(parts.netloc, port, 443 if parts.scheme == "https" else 80)
+
+
+class LoopbackOnly:
+    """ASGI middleware for a server without a token: refuse (403, JSON) any request whose ``Host``
+    is not a loopback name or address with ``port`` (DNS rebinding), or whose ``Origin``, when
+    present, is not such a loopback origin (a page of another site or on another local port)."""
+
+    def __init__(self, app: ASGIApp, port: int | None = None) -> None:
+        self.app = app
+        self.port = port
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.lower(): v for k, v in scope.get("headers") or []}
+        host = headers.get(b"host", b"").decode("latin-1")
+        origin = headers.get(b"origin")
+        scheme_port = 443 if scope.get("scheme") == "https" else 80
+        if not loopback_target(host, self.port, scheme_port):
+            await _refuse(send, "bad_host", f"Host {host!r} is not this loopback server", {"host": host})
+            return
+        if origin is not None and not loopback_origin(origin.decode("latin-1"), self.port):
+            text = origin.decode("latin-1")
+            await _refuse(
+                send, "bad_origin", f"Origin {text!r} is not this loopback server's page", {"origin": text}
+            )
+            return
+        await self.app(scope, receive, send)
+
+
+async def _refuse(send: Send, code: str, message: str, detail: dict[str, str]) -> None:
+    body = json.dumps(error_body(code, message, detail)).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 403,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,4 +1,7 @@
-"""JSON errors everywhere: ``{"error": CODE, "message": …, "detail": …}``, never a traceback."""
+"""JSON errors everywhere: ``{"error": CODE, "message": …, "detail": …}``, never a traceback.
+
+The database out of reach (or busy past its timeout) is a 503 ``store_unavailable`` with
+``Retry-After`` on every endpoint, not a 500; a value the database cannot hold is a 400."""
 
 from __future__ import annotations
 
@@ -22,7 +25,9 @@ CODES = {
     409: "not_applicable",
     413: "body_too_large",
     429: "backlog_full",
+    503: "unavailable",
 }
+OUTAGE_RETRY_AFTER = 5
 
 
 class ApiError(StarletteHTTPException):
@@ -46,7 +51,50 @@ def error_body(code: str, message: str, detail: Any = None) -> dict[str, Any]:
     return {"error": code, "message": message, "detail": detail}
 
 
+def is_outage(exc: BaseException) -> bool:
+    """True when ``exc`` means the database is out of reach or busy (not a bug, not bad input)."""
+    import sqlite3
+
+    import psycopg
+    from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+    if isinstance(exc, OperationalError | InterfaceError):
+        return True
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | sqlite3.OperationalError)
+
+
+def outage_response(exc: BaseException) -> JSONResponse:
+    """The 503 for a database outage (its first line names the cause; no SQL, no parameters)."""
+    orig = getattr(exc, "orig", None) or exc
+    lines = str(orig).strip().splitlines()
+    cause = f"{type(orig).__name__}: {lines[0] if lines else ''}".strip(": ")
+    return JSONResponse(
+        error_body(
+            "store_unavailable",
+            "the database is not reachable right now; try again later",
+            {"cause": cause[:300]},
+        ),
+        status_code=503,
+        headers={"Retry-After": str(OUTAGE_RETRY_AFTER)},
+    )
+
+
 def install(app: FastAPI) -> None:
+    from sqlalchemy.exc import DataError, DBAPIError
+
+    @app.exception_handler(DBAPIError)
+    async def _database(request: Request, exc: DBAPIError) -> JSONResponse:
+        if is_outage(exc):
+            log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc.orig)
+            return outage_response(exc)
+        if isinstance(exc, DataError):  # a value the column cannot hold, past the API's own bounds
+            return JSONResponse(
+                error_body("invalid_request", "a value in the request is out of range for the store"), 400
+            )
+        return await _crash(request, exc)
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if isinstance(exc, ApiError):
@@ -68,6 +116,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _crash(request: Request, exc: Exception) -> JSONResponse:
+        if is_outage(exc):
+            return outage_response(exc)
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return JSONResponse(
             error_body("internal", f"internal error ({type(exc).__name__}); see the server log"), 500

@@ -2,42 +2,85 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
-from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from photojobs.api import NotApplicable, SubmissionError, UnknownJob
 from photojobs.roots import OutsideRoots
 from store.errors import BacklogFull
-from store.events import read_events
 from store.jobs import JobStatus
 from store.listing import JOB_STATES
 from store.models import ALL_STATES
+from store.sessions import create_session, revoke_session
 
-from . import sse
-from .auth import COOKIE, SESSION_TTL, authenticate, make_session, origin_allowed, own_origin, token_matches
+from . import health, sse
+from .auth import (
+    COOKIE,
+    authenticate,
+    client_address,
+    make_session,
+    origin_allowed,
+    own_origin,
+    refuse_if_limited,
+    token_matches,
+)
 from .errors import ApiError
 
 public = APIRouter()
 api = APIRouter(prefix="/api", dependencies=[Depends(authenticate)])
 
 BACKLOG_RETRY_AFTER = 30
+# Ids of jobs and items are 32-bit columns on PostgreSQL; event cursors are 64-bit.
+MAX_ROW_ID = 2**31 - 1
+MAX_CURSOR = 2**63 - 1
+MAX_PATH = 4096
+MAX_COMPONENT = 255
+MAX_PATHS = 10_000
+
+Cursor = Annotated[int, Query(ge=0, le=MAX_CURSOR)]
+JobId = Annotated[int, Path(ge=1, le=MAX_CURSOR, description="a job id")]
+JobFilter = Annotated[int | None, Query(ge=1, le=MAX_CURSOR, description="only this job's events")]
+PathText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH)]
 
 
 class JobRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    lanes: list[str] | str = Field(description='the pipeline, e.g. ["analysis", "exif"] or "analysis,exif"')
-    paths: list[str] = Field(min_length=1, description="files or folders inside the photo roots")
+    lanes: list[Annotated[str, StringConstraints(max_length=64)]] | Annotated[
+        str, StringConstraints(max_length=1024)
+    ] = Field(description='the pipeline, e.g. ["analysis", "exif"] or "analysis,exif"', max_length=64)
+    paths: list[PathText] = Field(
+        min_length=1,
+        description=f"files or folders inside the photo roots (at most {MAX_PATHS} distinct, each at "
+        f"most {MAX_PATH} characters with components of at most {MAX_COMPONENT}); repeats count once",
+    )
     params: dict[str, Any] = Field(
         default_factory=dict, description='lane parameters, e.g. {"exif.rating": 4}'
     )
 
+    @field_validator("paths")
+    @classmethod
+    def _distinct_sane_paths(cls, paths: list[str]) -> list[str]:
+        """Each path once (in first-seen order), no NUL, no component over the file-name limit."""
+        distinct = list(dict.fromkeys(paths))
+        if len(distinct) > MAX_PATHS:
+            raise ValueError(f"at most {MAX_PATHS} distinct paths per job, not {len(distinct)}")
+        for p in distinct:
+            if "\x00" in p:
+                raise ValueError(f"path {p[:80]!r} contains a NUL character")
+            longest = max(p.split("/"), key=len)
+            if len(longest) > MAX_COMPONENT:
+                raise ValueError(
+                    f"path component {longest[:40]!r}… is {len(longest)} characters (at most {MAX_COMPONENT})"
+                )
+        return distinct
+
 
 class SessionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    token: str
+    token: str = Field(max_length=4096)
 
 
 class PruneRequest(BaseModel):
@@ -72,47 +115,61 @@ def _check_state(state: str | None) -> None:
 
 
 # -- public: health, login -----------------------------------------------------------------------
-@public.get("/healthz", tags=["ops"])
-def healthz(request: Request) -> dict[str, Any]:
-    """Liveness and store reachability (no authentication)."""
-    try:
-        # A read-only query: health must not wait for the SQLite write lock (a big submission holds it).
-        read_events(_cfg(request).client.engine, after=0, limit=1, sequence=False)
-        store = "ok"
-    except Exception as exc:  # noqa: BLE001 - reported, not raised
-        raise ApiError(
-            503, "store_unavailable", f"the store is not reachable: {type(exc).__name__}"
-        ) from None
-    return {"ok": True, "store": store}
+@public.get("/healthz", tags=["ops"], responses={503: {"description": "the database or Redis is down"}})
+def healthz(request: Request) -> JSONResponse:
+    """Each component: ``{"ok", "database": "ok" | error, "redis": "ok" | error, "workers": N}``
+    (no authentication); 503 when the database or Redis is out of reach."""
+    report = health.check(_cfg(request).client)
+    if report["ok"]:
+        return JSONResponse(report)
+    down = [k for k in ("database", "redis") if report[k] != "ok"]
+    return JSONResponse(
+        {**report, "error": "unhealthy", "message": f"not reachable: {', '.join(down)}", "detail": None},
+        status_code=503,
+        headers={"Retry-After": "5"},
+    )
+
+
+def _cookie_path(request: Request) -> str:
+    return (request.scope.get("root_path") or "") + "/"
 
 
 @public.post("/api/session", status_code=204, tags=["auth"])
 def login(body: SessionRequest, request: Request, response: Response) -> Response:
-    """Exchange the API token for a session cookie (HttpOnly, SameSite=Strict)."""
+    """Exchange the API token for a session cookie (HttpOnly, SameSite=Strict), recorded server-side:
+    it ends at logout, after ``PHOTOJOBS_SESSION_IDLE`` without a request, or at
+    ``PHOTOJOBS_SESSION_MAX_AGE``. Too many wrong tokens from one address: 429 with Retry-After."""
     cfg = _cfg(request)
     origin = request.headers.get("origin")
     if origin is not None and not origin_allowed(origin, own_origin(request), cfg.allowed_origins):
         raise ApiError(403, "bad_origin", "log in from this app's own page", {"origin": origin})
+    refuse_if_limited(request)
     if cfg.token is not None and not token_matches(body.token, cfg.token):
+        cfg.login_limiter.failed(client_address(request))
         raise ApiError(401, "unauthorized", "the token is wrong")
+    cookie = make_session(cfg.token or "open", ttl=cfg.session_max_age)
+    create_session(cfg.client.engine, cookie, idle=cfg.session_idle, max_age=cfg.session_max_age)
     response.status_code = 204
     response.set_cookie(
         COOKIE,
-        make_session(cfg.token or "open"),
-        max_age=SESSION_TTL,
+        cookie,
+        max_age=int(cfg.session_max_age),
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",
-        path=(request.scope.get("root_path") or "") + "/",
+        path=_cookie_path(request),
     )
     return response
 
 
 @public.delete("/api/session", status_code=204, tags=["auth"])
 def logout(request: Request, response: Response) -> Response:
-    """Forget the session cookie."""
+    """End the session: revoked in the store (a copy of the cookie no longer works) and forgotten."""
+    cookie = request.cookies.get(COOKIE)
+    if cookie:
+        revoke_session(_cfg(request).client.engine, cookie)
     response.status_code = 204
-    response.delete_cookie(COOKIE, path=(request.scope.get("root_path") or "") + "/")
+    response.delete_cookie(COOKIE, path=_cookie_path(request))
     return response
 
 
@@ -125,13 +182,24 @@ def whoami(via: str = Depends(authenticate)) -> dict[str, Any]:
 # -- jobs --------------------------------------------------------------------------------------------
 @api.post("/jobs", status_code=201, tags=["jobs"])
 def submit(body: JobRequest, request: Request) -> dict[str, Any]:
-    """Submit a job. 400 bad lane/parameter/path, 403 path outside the photo roots, 429 backlog full.
+    """Submit a job. 400 bad lane/parameter/path (an S3 endpoint, a raw s3:// target, diagnostics
+    without PHOTOJOBS_DIAGNOSTICS=1), 403 a path or destination outside the photo/output roots,
+    429 backlog full.
 
     Runs in a worker thread: walking a large folder never blocks the event loop."""
+    from photojobs.roots import diagnostics_on
+
     cfg = _cfg(request)
     client = cfg.client
     try:
-        plan = client.plan(body.lanes, body.paths, body.params, allowed_roots=cfg.photo_roots)
+        plan = client.plan(
+            body.lanes,
+            body.paths,
+            body.params,
+            allowed_roots=cfg.photo_roots,
+            untrusted=True,
+            diagnostics=diagnostics_on(client.settings.env),
+        )
         done = client.submit(plan.lanes, [], plan=plan)
     except OutsideRoots as exc:
         raise ApiError(403, "outside_roots", str(exc), {"path": exc.path}) from None
@@ -153,21 +221,24 @@ def list_jobs(
     request: Request,
     state: str | None = Query(None, description="a job state: running, paused, succeeded, failed, ..."),
     limit: int = Query(20, ge=1, le=1000),
-    after: int | None = Query(None, description="the previous page's next"),
+    after: int | None = Query(None, ge=0, le=MAX_CURSOR, description="the previous page's next"),
 ) -> dict[str, Any]:
     """Jobs newest first: ``{"jobs": [STATUS, …], "next": CURSOR | null}``."""
     if state is not None and state not in JOB_STATES:
         raise ApiError(
             400, "invalid_request", f"unknown job state {state!r}; states: {', '.join(JOB_STATES)}"
         )
+    if after is not None and after > MAX_ROW_ID:
+        after = None  # every job id is below it: the first page
     jobs, nxt = _cfg(request).client.list_jobs(state=state, limit=limit, after=after)
     return {"jobs": [status_dict(j) for j in jobs], "next": nxt}
 
 
 @api.get("/jobs/{job_id}", tags=["jobs"])
-def job(job_id: int, request: Request) -> dict[str, Any]:
+def job(job_id: JobId, request: Request) -> dict[str, Any]:
     """STATUS with failures grouped by reason class (counts and examples) and destinations."""
     client = _cfg(request).client
+    _known_range(job_id)
     try:
         st = client.status(job_id)
         failures = client.failures(job_id)
@@ -182,15 +253,21 @@ def job(job_id: int, request: Request) -> dict[str, Any]:
 
 @api.get("/jobs/{job_id}/items", tags=["jobs"])
 def items(
-    job_id: int,
+    job_id: JobId,
     request: Request,
-    state: str | None = Query(None),
-    lane: str | None = Query(None),
+    state: str | None = Query(None, max_length=32),
+    lane: str | None = Query(None, max_length=64),
     limit: int = Query(100, ge=1, le=1000),
-    after: int | None = Query(None, description="the previous page's next (an item id)"),
+    after: int | None = Query(
+        None, ge=0, le=MAX_CURSOR, description="the previous page's next (an item id)"
+    ),
 ) -> dict[str, Any]:
     """A job's items in id order: ``{"items": [...], "next": CURSOR | null}``."""
     _check_state(state)
+    _known_range(job_id)
+    if after is not None and after >= MAX_ROW_ID:
+        _cfg(request).client.status(job_id)  # 404 for an unknown job, as without the cursor
+        return {"items": [], "next": None}  # no item id is above it
     try:
         rows, nxt = _cfg(request).client.items(job_id, state=state, lane=lane, limit=limit, after=after)
     except UnknownJob as exc:
@@ -198,8 +275,15 @@ def items(
     return {"items": [r.as_dict() for r in rows], "next": nxt}
 
 
+def _known_range(job_id: int) -> None:
+    """404 for a job id no store row can have (PostgreSQL's ids are 32-bit)."""
+    if job_id > MAX_ROW_ID:
+        raise ApiError(404, "unknown_job", f"no job with id {job_id}", {"job": job_id})
+
+
 def _act(request: Request, job_id: int, action: str, lane: str | None = None) -> dict[str, Any]:
     client = _cfg(request).client
+    _known_range(job_id)
     try:
         if action == "retry":
             changed = client.retry(job_id, lane)
@@ -216,25 +300,25 @@ def _act(request: Request, job_id: int, action: str, lane: str | None = None) ->
 
 
 @api.post("/jobs/{job_id}/cancel", tags=["control"])
-def cancel(job_id: int, request: Request) -> dict[str, Any]:
+def cancel(job_id: JobId, request: Request) -> dict[str, Any]:
     """Cancel: not-yet-running items now, running ones at their next safe point. 409 when finished."""
     return _act(request, job_id, "cancel")
 
 
 @api.post("/jobs/{job_id}/pause", tags=["control"])
-def pause(job_id: int, request: Request) -> dict[str, Any]:
+def pause(job_id: JobId, request: Request) -> dict[str, Any]:
     """Pause a running job (resumable). 409 unless running."""
     return _act(request, job_id, "pause")
 
 
 @api.post("/jobs/{job_id}/resume", tags=["control"])
-def resume(job_id: int, request: Request) -> dict[str, Any]:
+def resume(job_id: JobId, request: Request) -> dict[str, Any]:
     """Resume a paused job. 409 unless paused."""
     return _act(request, job_id, "resume")
 
 
 @api.post("/jobs/{job_id}/retry", tags=["control"])
-def retry(job_id: int, request: Request, lane: str | None = Query(None)) -> dict[str, Any]:
+def retry(job_id: JobId, request: Request, lane: str | None = Query(None, max_length=64)) -> dict[str, Any]:
     """Failed and cancelled items (of ``lane``) back to pending. 409 when there are none."""
     return _act(request, job_id, "retry", lane)
 
@@ -243,13 +327,15 @@ def retry(job_id: int, request: Request, lane: str | None = Query(None)) -> dict
 @api.get("/events", tags=["events"])
 def events(
     request: Request,
-    after: int = Query(0, ge=0, description="cursor: events after this one"),
-    job: int | None = Query(None),
+    after: int = Query(0, ge=0, le=MAX_CURSOR, description="cursor: events after this one"),
+    job: JobFilter = None,
     limit: int = Query(1000, ge=1, le=10000),
     tail: int | None = Query(None, ge=1, le=1000, description="instead of after: the newest N events"),
 ) -> dict[str, Any]:
     """Events in cursor order: ``{"events": [...], "next": CURSOR}`` (pass ``next`` as ``after``)."""
     client = _cfg(request).client
+    if job is not None and job > MAX_ROW_ID:
+        return {"events": [], "next": after}  # no such job
     if tail is not None:
         batch = client.latest_events(job_id=job, limit=tail)
     else:
@@ -261,17 +347,24 @@ def events(
 @api.get("/events/stream", tags=["events"], response_class=StreamingResponse)
 async def stream(
     request: Request,
-    after: int | None = Query(None, ge=0, description="start after this cursor (Last-Event-ID wins)"),
-    job: int | None = Query(None),
-    last_event_id: str | None = Header(None),
+    after: int | None = Query(
+        None, ge=0, le=MAX_CURSOR, description="start after this cursor (Last-Event-ID wins)"
+    ),
+    job: JobFilter = None,
+    last_event_id: str | None = Header(None, max_length=64),
 ) -> StreamingResponse:
     """Server-Sent Events: ``id:`` cursor, ``event:`` type, ``data:`` the event JSON; resumable."""
     cfg = _cfg(request)
     start = after or 0
     if last_event_id:
-        if not last_event_id.strip().isdigit():
-            raise ApiError(400, "invalid_request", f"Last-Event-ID {last_event_id!r} is not a cursor")
-        start = int(last_event_id.strip())
+        text = last_event_id.strip()
+        if not (text.isascii() and text.isdigit()) or int(text) > MAX_CURSOR:
+            raise ApiError(
+                400, "invalid_request", f"Last-Event-ID {last_event_id!r} is not a cursor (0 to {MAX_CURSOR})"
+            )
+        start = int(text)
+    if job is not None and job > MAX_ROW_ID:
+        job = -1  # no such job: the stream stays open and quiet
     return StreamingResponse(
         sse.stream(
             request,

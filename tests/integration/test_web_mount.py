@@ -56,5 +56,6 @@ def test_create_app_needs_a_token_unless_insecure(engine: Engine, db_url: str) -
         assert "PHOTOJOBS_API_TOKEN" in str(exc)
     else:  # pragma: no cover - the assertion is the point
         raise AssertionError("create_app without a token must refuse")
-    open_app = TestClient(create_app(client, insecure=True, env={}))
+    # (an app without a token answers a loopback Host only)
+    open_app = TestClient(create_app(client, insecure=True, env={}), base_url="http://127.0.0.1")
     assert open_app.get("/api/jobs").json() == {"jobs": [], "next": None}
