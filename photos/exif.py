@@ -48,41 +48,40 @@ from pathlib import Path
 from typing import Any
 
 from photos import exiftool
-from photos.errors import InvalidParameter, NeedsExiftool, PhotoError, UnreadableImage
+from photos.errors import InvalidParameter, NeedsExiftool, PhotoError, UnreadableImage, describe_content
 
 _SHIFT_RE = re.compile(r"^([+-]?)(?=\d)(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _MAX_SHIFT = timedelta(days=365 * 200)
 _EXIF_DT_FORMAT = "%Y:%m:%d %H:%M:%S"
 _RATING_PERCENT = {0: 0, 1: 1, 2: 25, 3: 50, 4: 75, 5: 99}
 _HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1"}
-_EDITABLE = ("keywords", "description", "rating", "artist", "copyright", "shift")
+_EDITABLE = (
+    "keywords", "keywords_remove", "keywords_mode", "description", "rating", "artist", "copyright", "shift"
+)
+KEYWORD_MODES = ("add", "replace")
+#: Separator of a hierarchical keyword (``Places|Ireland|Dublin``), as Lightroom and digiKam write it.
+HIERARCHY = "|"
 #: Formats that carry a standard IPTC block.
 IPTC_FORMATS = frozenset({"JPEG", "TIFF"})
 #: IPTC IIM maximum lengths in bytes.
 _IPTC_LIMITS = {"Keywords": 64, "Caption-Abstract": 2000, "By-line": 32, "CopyrightNotice": 128}
-#: Date tags shifted with exiftool's ``+=`` (each names one tag, so nothing is shifted twice).
-SHIFTED_DATES = (
-    "EXIF:DateTimeOriginal",
-    "EXIF:CreateDate",
-    "EXIF:ModifyDate",
-    "XMP-exif:DateTimeOriginal",
-    "XMP-exif:DateTimeDigitized",
-    "XMP-xmp:CreateDate",
-    "XMP-xmp:ModifyDate",
-    "XMP-photoshop:DateCreated",
-)
 _INSTALL = "apt-get install libimage-exiftool-perl"
 
 
 @dataclass
 class ExifEdit:
-    """What to change. ``None`` leaves a field as it is; ``""`` / ``[]`` clears it.
+    """What to change. ``None`` leaves a field as it is; ``""`` clears a text field.
 
-    ``keywords`` replace the existing keywords (no ``;`` or newlines in a keyword); ``rating``
-    is 0-5; ``shift`` moves the capture/digitized/modify times (EXIF, XMP and IPTC).
+    ``keywords`` are added to the file's keywords (its order kept, no duplicates, compared
+    case-sensitively) and ``keywords_remove`` taken out; with ``keywords_mode="replace"`` the file's
+    keywords become exactly ``keywords`` (``[]`` clears them). A keyword may be hierarchical
+    (``Places|Ireland|Dublin``). No ``;`` or control characters in a keyword. ``rating`` is 0-5;
+    ``shift`` moves every clock the photo carries (see :func:`clock_args`).
     """
 
     keywords: list[str] | None = None
+    keywords_remove: list[str] | None = None
+    keywords_mode: str = "add"
     description: str | None = None
     rating: int | None = None
     artist: str | None = None
@@ -91,17 +90,15 @@ class ExifEdit:
 
     def __post_init__(self) -> None:
         if self.keywords is not None:
-            if isinstance(self.keywords, str) or not all(isinstance(k, str) for k in self.keywords):
-                raise InvalidParameter(f"keywords must be a list of strings, got {self.keywords!r}")
-            cleaned: list[str] = []
-            for kw in (k.strip() for k in self.keywords):
-                if not kw:
-                    continue
-                if ";" in kw or _has_control(kw, allow_newline=False):
-                    raise InvalidParameter(f"keyword {kw!r} may not contain ';' or control characters")
-                if kw not in cleaned:
-                    cleaned.append(kw)
-            self.keywords = cleaned
+            self.keywords = _clean_keywords("keywords", self.keywords)
+        if self.keywords_remove is not None:
+            self.keywords_remove = _clean_keywords("keywords_remove", self.keywords_remove)
+        if self.keywords_mode not in KEYWORD_MODES:
+            raise InvalidParameter(
+                f"keywords_mode must be one of {', '.join(KEYWORD_MODES)}, got {self.keywords_mode!r}"
+            )
+        if self.keywords_mode == "replace" and self.keywords_remove:
+            raise InvalidParameter("keywords_remove has no meaning with keywords_mode=replace")
         for name in ("description", "artist", "copyright"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or _has_control(value, allow_newline=True)):
@@ -129,8 +126,34 @@ class ExifEdit:
 
     def is_empty(self) -> bool:
         """True when the edit changes nothing."""
-        others = (getattr(self, f.name) for f in fields(self) if f.name != "shift")
+        others = (getattr(self, f.name) for f in fields(self) if f.name not in ("shift", "keywords_mode"))
         return not self.shift and all(value is None for value in others)
+
+
+def _clean_keywords(name: str, keywords: Any) -> list[str]:
+    """Stripped, non-empty, unique keywords in their order; a hierarchical one as ``a|b|c``."""
+    if isinstance(keywords, str) or not isinstance(keywords, (list, tuple)):
+        raise InvalidParameter(f"{name} must be a list of strings, got {keywords!r}")
+    cleaned: list[str] = []
+    for raw in keywords:
+        if not isinstance(raw, str):
+            raise InvalidParameter(f"{name} must be a list of strings, got {keywords!r}")
+        kw = raw.strip()
+        if not kw:
+            continue
+        if ";" in kw or _has_control(kw, allow_newline=False):
+            raise InvalidParameter(f"keyword {kw!r} may not contain ';' or control characters")
+        if HIERARCHY in kw:
+            parts = [part.strip() for part in kw.split(HIERARCHY)]
+            if not all(parts):
+                raise InvalidParameter(
+                    f"hierarchical keyword {kw!r} has an empty level "
+                    "(write the levels as 'Places|Ireland|Dublin')"
+                )
+            kw = HIERARCHY.join(parts)
+        if kw not in cleaned:
+            cleaned.append(kw)
+    return cleaned
 
 
 def _has_control(text: str, *, allow_newline: bool) -> bool:
@@ -188,8 +211,15 @@ def _read_source(src: Path) -> bytes:
 
 def _format_of(src: Path, data: bytes) -> str:
     fmt = sniff_format(data[:16])
+    if fmt is None and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        raise PhotoError(
+            src,
+            "WebP metadata is not written: the exiftool this system has (Debian 12's 12.57) cannot "
+            "write RIFF/WebP files ('Can't write RIFF files'); the file is left untouched",
+        )
     if fmt is None:
-        raise UnreadableImage(src, f"not a JPEG, PNG, TIFF or HEIC/HEIF file (starts with {data[:12]!r})")
+        looks = describe_content(data[:512], len(data))  # never quote the file's bytes
+        raise UnreadableImage(src, f"not a JPEG, PNG, TIFF or HEIC/HEIF file ({looks})")
     return fmt
 
 
@@ -251,6 +281,7 @@ def write_metadata(src: str | os.PathLike[str], dst: str | os.PathLike[str], edi
     fmt = _format_of(src, data)
     _check_complete(src, fmt, data)  # exiftool edits metadata without reading the image data
     del data
+    check_decodes(src)
     if not exiftool.available():
         raise NeedsExiftool(src, f"writing {fmt} metadata needs exiftool ({_INSTALL})")
     dst.parent.mkdir(parents=True, exist_ok=True)
@@ -258,7 +289,8 @@ def write_metadata(src: str | os.PathLike[str], dst: str | os.PathLike[str], edi
     tool = exiftool.ExifTool.shared()
     src_abs, dst_abs = os.path.abspath(src), os.path.abspath(dst)
     current = _current_tags(tool, src) if not edit.is_empty() else {}
-    args = exiftool_args(edit, fmt=fmt, current=current, path=src)
+    clocks = _clock_tags(tool, src) if edit.shift else {}
+    args = exiftool_args(edit, fmt=fmt, current=current, path=src, clocks=clocks)
     if not args:
         shutil.copy2(src, dst)  # nothing to change: an identical copy, same modification time
     else:
@@ -295,6 +327,34 @@ def _check_complete(src: Path, fmt: str, data: bytes) -> None:
         raise UnreadableImage(src, "truncated PNG: no IEND chunk")
 
 
+def check_decodes(src: str | os.PathLike[str], *, max_pixels: int = 200_000_000) -> None:
+    """Refuse (UnreadableImage) a file Pillow cannot decode: its structure is verified and every
+    pixel row read (a JPEG at its smallest DCT scale, which still decodes all of its scan data).
+    Every writing lane calls this, whether or not the job analyses its photos."""
+    from PIL import Image
+
+    import photos.analyze  # noqa: F401  (registers the HEIF opener)
+
+    path = Path(src)
+    try:
+        with Image.open(path) as img:
+            if img.width * img.height > max_pixels:
+                size = f"{img.width}x{img.height}"
+                raise UnreadableImage(path, f"image of {size} pixels is larger than {max_pixels}")
+            img.verify()
+        with Image.open(path) as img:
+            if img.format == "JPEG":
+                img.draft(img.mode, (max(1, img.width // 8), max(1, img.height // 8)))
+            img.load()
+    except UnreadableImage:
+        raise
+    except Image.DecompressionBombError as exc:
+        raise UnreadableImage(path, f"decompression bomb: {exc}") from None
+    except (OSError, SyntaxError, ValueError, EOFError, struct.error, IndexError, TypeError) as exc:
+        what = type(exc).__name__
+        raise UnreadableImage(path, f"the image does not decode ({what}); nothing was written") from None
+
+
 def _unlink_quietly(path: Path) -> None:
     try:
         path.unlink()
@@ -302,12 +362,32 @@ def _unlink_quietly(path: Path) -> None:
         pass
 
 
-_STATE_TAGS = ("-XMP-x:XMPToolkit", "-IPTC:all", *(f"-{tag}" for tag in SHIFTED_DATES))
+_STATE_TAGS = (
+    "-XMP-x:XMPToolkit",
+    "-IPTC:all",
+    "-XMP-dc:Subject",
+    "-XMP-lr:HierarchicalSubject",
+    "-Photoshop:IPTCDigest",
+    "-EXIF:all",
+)
 
 
 def _current_tags(tool: exiftool.ExifTool, path: Path) -> dict[str, Any]:
-    """The tags a write depends on: the XMP toolkit, the IPTC block, the dates to shift."""
-    out = tool.execute("-j", "-G1", "-a", *_STATE_TAGS, os.path.abspath(path), retry_if_died=True)
+    """The tags a write depends on: the XMP toolkit, the IPTC block, the keywords, the IPTC digest,
+    and the EXIF block (whether the file has one at all)."""
+    out, warnings = tool.execute_with_warnings(
+        "-j", "-G1", "-a", *_STATE_TAGS, os.path.abspath(path), retry_if_died=True
+    )
+    serious = [w for w in warnings if "[minor]" not in w.lower()]
+    if serious:  # e.g. "Bad IFD0 directory": what the file says cannot be read, so nothing is written
+        said = "; ".join(w.removesuffix(f" - {os.path.abspath(path)}") for w in serious)
+        raise PhotoError(path, f"exiftool warned, nothing written: {said}")
+    return _json_record(path, out)
+
+
+def _clock_tags(tool: exiftool.ExifTool, path: Path) -> dict[str, Any]:
+    """Every date/time tag exiftool finds in the file (``-time:all``, group family 1)."""
+    out = tool.execute("-j", "-G1", "-a", "-time:all", os.path.abspath(path), retry_if_died=True)
     return _json_record(path, out)
 
 
@@ -355,20 +435,30 @@ def _check_date(path: Path, key: str, value: Any, shift: timedelta) -> None:
 
 
 def exiftool_args(
-    edit: ExifEdit, *, fmt: str = "JPEG", current: Mapping[str, Any] | None = None, path: Path | None = None
+    edit: ExifEdit,
+    *,
+    fmt: str = "JPEG",
+    current: Mapping[str, Any] | None = None,
+    path: Path | None = None,
+    clocks: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """The exiftool arguments (for use with ``-ec``) that apply ``edit`` to a ``fmt`` file whose
-    tags (from ``-j -G1 -a``, see ``_current_tags``) are ``current``."""
+    tags (from ``-j -G1 -a``, see ``_current_tags``) are ``current`` and whose date/time tags
+    (``_clock_tags``) are ``clocks``.
+
+    Written only where the file already speaks: EXIF only into a file that has an EXIF block, IPTC
+    only in the formats that carry it, XMP always; ``IPTCDigest`` is renewed where it exists."""
     current = current or {}
     where = path or Path("<file>")
     args: list[str] = []
     iptc = fmt in IPTC_FORMATS
+    has_exif = any(_in_group(key.split(":", 1)[0], "EXIF") for key in current)
     xmp_written = False
 
     def assign(tag: str, values: str | list[str] | None) -> None:
         nonlocal xmp_written
         group, name = tag.split(":", 1)
-        if group == "IPTC" and not iptc:
+        if (group == "IPTC" and not iptc) or (group == "EXIF" and not has_exif):
             return
         xmp_written = xmp_written or group.startswith("XMP")
         items = [values] if isinstance(values, str) else list(values or [])
@@ -379,17 +469,17 @@ def exiftool_args(
             args.append(f"-{tag}=")
         args.extend(f"-{tag}={_exiftool_value(v)}" for v in items)
 
-    if edit.keywords is not None:
-        assign("XMP-dc:Subject", edit.keywords)
-        assign("IPTC:Keywords", edit.keywords)
-        assign("EXIF:XPKeywords", ";".join(edit.keywords))
+    if edit.keywords is not None or edit.keywords_remove is not None:
+        for tag, values in _keyword_writes(edit, current, iptc=iptc, has_exif=has_exif):
+            assign(tag, values)
     if edit.description is not None:
         assign("XMP-dc:Description", edit.description)
         assign("IPTC:Caption-Abstract", edit.description)
         assign("EXIF:ImageDescription", edit.description)
     if edit.rating is not None:
-        args += [f"-XMP-xmp:Rating={edit.rating}", f"-EXIF:Rating={edit.rating}"]
-        args.append(f"-EXIF:RatingPercent={_RATING_PERCENT[edit.rating]}")
+        args.append(f"-XMP-xmp:Rating={edit.rating}")
+        if has_exif:
+            args += [f"-EXIF:Rating={edit.rating}", f"-EXIF:RatingPercent={_RATING_PERCENT[edit.rating]}"]
         xmp_written = True
     if edit.artist is not None:
         assign("XMP-dc:Creator", edit.artist)
@@ -400,13 +490,15 @@ def exiftool_args(
         assign("IPTC:CopyrightNotice", edit.copyright)
         assign("EXIF:Copyright", edit.copyright)
     if edit.shift:
-        args += _shift_args(edit.shift, current, where, iptc)
+        args += clock_args(edit.shift, clocks or {}, where)
         xmp_written = xmp_written or any(a.startswith("-XMP") for a in args)
-    written_iptc = sorted(
-        {a[1:].split("=", 1)[0] for a in args if a.startswith("-IPTC:") and not a.endswith("=")}
-    )
-    if written_iptc:
-        args += _iptc_charset_args(current, written_iptc)
+    iptc_args = [a for a in args if a.startswith("-IPTC:")]
+    if iptc_args:
+        assigned = sorted({a[1:].split("=", 1)[0] for a in iptc_args if not a.endswith("=")})
+        if assigned:
+            args += _iptc_charset_args(current, assigned)
+        if current.get("Photoshop:IPTCDigest"):
+            args.append("-Photoshop:IPTCDigest=new")  # Photoshop and Lightroom compare it with the block
     if xmp_written:
         # Keep the XMP toolkit stamp as it was (exiftool would put its own name there, or add one).
         toolkit = current.get("XMP-x:XMPToolkit")
@@ -414,31 +506,151 @@ def exiftool_args(
     return args
 
 
-def _shift_args(shift: timedelta, current: Mapping[str, Any], path: Path, iptc: bool) -> list[str]:
+def _listed(value: Any) -> list[str]:
+    if value in (None, ""):
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
+def _unique(values: list[str]) -> list[str]:
+    out: list[str] = []
+    for value in values:
+        if value and value not in out:
+            out.append(value)
+    return out
+
+
+def _leaf(keyword: str) -> str:
+    return keyword.rsplit(HIERARCHY, 1)[-1]
+
+
+def _existing(current: Mapping[str, Any], group: str, name: str) -> list[str]:
+    return [
+        v
+        for key, value in current.items()
+        if key.split(":", 1)[-1] == name and _in_group(key.split(":", 1)[0], group)
+        for v in _listed(value)
+    ]
+
+
+def _keyword_writes(
+    edit: ExifEdit, current: Mapping[str, Any], *, iptc: bool, has_exif: bool
+) -> list[tuple[str, list[str] | str]]:
+    """Where the new keyword lists go, only the places whose list changes: flat keywords (the leaf
+    of a hierarchical one) in XMP-dc:Subject, IPTC:Keywords and EXIF:XPKeywords, the full paths of
+    hierarchical ones in XMP-lr:HierarchicalSubject (as Lightroom and digiKam write them)."""
+    xmp = _existing(current, "XMP-dc", "Subject")
+    iptc_kw = _existing(current, "IPTC", "Keywords")
+    xp = [k.strip() for v in _existing(current, "EXIF", "XPKeywords") for k in v.split(";") if k.strip()]
+    hier_now = _existing(current, "XMP-lr", "HierarchicalSubject")
+    if edit.keywords_mode == "replace":
+        flat: list[str] = []
+        hier: list[str] = []
+    else:
+        flat = _unique([*xmp, *iptc_kw, *xp])
+        hier = _unique(list(hier_now))
+    for kw in edit.keywords or []:
+        if HIERARCHY in kw:
+            hier = _unique([*hier, kw])
+        flat = _unique([*flat, _leaf(kw)])
+    for kw in edit.keywords_remove or []:
+        if HIERARCHY in kw:
+            hier = [h for h in hier if h != kw]
+            leaf = _leaf(kw)
+            if not any(_leaf(h) == leaf for h in hier):
+                flat = [k for k in flat if k != leaf]
+        else:
+            flat = [k for k in flat if k != kw]
+            hier = [h for h in hier if _leaf(h) != kw]
+    writes: list[tuple[str, list[str] | str]] = []
+    if flat != xmp:
+        writes.append(("XMP-dc:Subject", flat))
+    if hier != hier_now:
+        writes.append(("XMP-lr:HierarchicalSubject", hier))
+    if iptc and flat != iptc_kw:
+        writes.append(("IPTC:Keywords", flat))
+    if has_exif and flat != xp:
+        writes.append(("EXIF:XPKeywords", ";".join(flat)))
+    return writes
+
+
+#: Clock groups a shift leaves alone: file system times, computed tags, GPS time (UTC from the
+#: satellites, not the camera's clock), and the ICC profile's creation date (not the photo's).
+_UNSHIFTED_GROUPS = ("System", "File", "Composite", "ExifTool", "GPS", "ICC-header", "ICC_Profile")
+#: IPTC dates that are not the photo's clocks (transmission, release, expiry of the record).
+_UNSHIFTED_TAGS = frozenset(
+    {"DateSent", "TimeSent", "ReleaseDate", "ReleaseTime", "ExpirationDate", "ExpirationTime", "GPSDateTime",
+     "GPSDateStamp", "GPSTimeStamp"}
+)
+_DATE_ONLY = re.compile(r"^\d{4}:\d{2}:\d{2}$")
+_TIME_ONLY = re.compile(r"^(\d{2}:\d{2}:\d{2})(\.\d+)?([+-]\d{2}:?\d{2}|Z)?$")
+
+
+def clock_args(shift: timedelta, clocks: Mapping[str, Any], path: Path) -> list[str]:
+    """exiftool arguments moving every clock of the file by ``shift``.
+
+    ``clocks`` is ``-time:all`` read with ``-j -G1 -a``: EXIF (IFD0, ExifIFD, IFD1 …), XMP, IPTC,
+    PNG, QuickTime and maker-note dates alike. A full date/time is shifted by exiftool (``+=``,
+    its zone kept); a date and a time kept apart (IPTC DateCreated/TimeCreated,
+    DigitalCreationDate/Time, Pentax Date/Time) are shifted together so the day rolls over, and
+    written back with exactly the zone they had (none if none). A lone date moves only by whole
+    days. All-zero dates ("unknown") stay; a date that cannot be shifted raises PhotoError.
+    File system times, GPS (UTC) and ICC profile dates are left alone."""
     sign, amount = _exiftool_shift(shift)
     args: list[str] = []
-    for tag in SHIFTED_DATES:
-        group, name = tag.split(":", 1)
-        found = {
-            key: value
-            for key, value in current.items()
-            if key.split(":", 1)[-1] == name and _in_group(key.split(":", 1)[0], group)
-        }
-        dated = {key: value for key, value in found.items() if _has_time(value)}
-        if not dated:
+    tags: dict[str, Any] = {}
+    for key, value in clocks.items():
+        if ":" not in key:
             continue
-        for key, value in dated.items():
-            _check_date(path, key, value, shift)
-        args.append(f"-{tag}{sign}={amount}")
-    if iptc:
-        date, time = current.get("IPTC:DateCreated"), current.get("IPTC:TimeCreated")
-        if date and time and _has_time(date):
-            moved = _shift_iptc(path, str(date), str(time), shift)
-            args += [f"-IPTC:DateCreated={moved[0]}", f"-IPTC:TimeCreated={moved[1]}"]
-        elif date and _has_time(date) and not shift % timedelta(days=1):
-            moved = _shift_iptc(path, str(date), "00:00:00", shift)
-            args.append(f"-IPTC:DateCreated={moved[0]}")
+        group, name = key.split(":", 1)
+        if group in _UNSHIFTED_GROUPS or name in _UNSHIFTED_TAGS or group.startswith("ICC"):
+            continue
+        tags[key] = value
+    paired: set[str] = set()
+    for key, value in tags.items():
+        group, name = key.split(":", 1)
+        text = str(value).strip()
+        if "Date" not in name or not _DATE_ONLY.match(text) or not _has_time(text):
+            continue
+        partner = f"{group}:{name.replace('Date', 'Time')}"
+        time_text = str(tags.get(partner, "")).strip()
+        match = _TIME_ONLY.match(time_text)
+        if partner != key and match:
+            moved = _shift_parts(path, key, text, match.group(1), shift)
+            args += [f"-{key}={moved[0]}", f"-{partner}={moved[1]}{match.group(3) or ''}"]
+            paired |= {key, partner}
+        elif not shift % timedelta(days=1):
+            moved = _shift_parts(path, key, text, "00:00:00", shift)
+            args.append(f"-{key}={moved[0]}")
+            paired.add(key)
+    for key, value in tags.items():
+        if key in paired:
+            continue
+        values = value if isinstance(value, list) else [value]
+        dated = [v for v in values if _has_time(v)]
+        if not dated or any(_partial(v) for v in dated):
+            continue  # a lone date (shifted above when whole days) or a lone time: no day to roll over
+        for v in dated:
+            _check_date(path, key, v, shift)
+        args.append(f"-{key}{sign}={amount}")
     return args
+
+
+def _partial(value: Any) -> bool:
+    """A date without a time or a time without a date."""
+    text = str(value).strip()
+    return bool(_DATE_ONLY.match(text) or _TIME_ONLY.match(text))
+
+
+def _shift_parts(path: Path, key: str, date: str, time: str, shift: timedelta) -> tuple[str, str]:
+    """A date and a time kept in two tags, shifted together so the date rolls over correctly."""
+    try:
+        moved = datetime.strptime(f"{date[:10]} {time[:8]}", _EXIF_DT_FORMAT) + shift
+    except (ValueError, OverflowError) as exc:
+        raise PhotoError(path, f"cannot shift {key}: {date!r} {time!r} is not a valid date/time") from exc
+    if not 1 <= moved.year <= 9999:
+        raise PhotoError(path, f"cannot shift {key}: {date!r} shifted by {shift} leaves years 1-9999")
+    return moved.strftime("%Y:%m:%d"), moved.strftime("%H:%M:%S")
 
 
 _EXIF_GROUPS = ("IFD0", "IFD1", "ExifIFD", "SubIFD", "GPS", "InteropIFD")
@@ -448,16 +660,6 @@ def _in_group(family1: str, group: str) -> bool:
     if group == "EXIF":
         return family1 in _EXIF_GROUPS or family1.startswith(("IFD", "SubIFD"))
     return family1 == group
-
-
-def _shift_iptc(path: Path, date: str, time: str, shift: timedelta) -> tuple[str, str]:
-    """IPTC keeps date and time apart; shift them together so the date rolls over correctly."""
-    zone = time[8:] if len(time) > 8 else ""
-    try:
-        moved = datetime.strptime(f"{date[:10]} {time[:8]}", _EXIF_DT_FORMAT) + shift
-    except (ValueError, OverflowError) as exc:
-        raise PhotoError(path, f"cannot shift IPTC:DateCreated/TimeCreated: {date!r} {time!r}") from exc
-    return moved.strftime("%Y:%m:%d"), moved.strftime("%H:%M:%S") + zone
 
 
 def _iptc_charset_args(current: Mapping[str, Any], assigned: list[str]) -> list[str]:

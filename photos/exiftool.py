@@ -15,6 +15,11 @@ exiftool does not exit when its stdin reaches EOF (``-stay_open`` keeps polling)
 killed with SIGKILL would leave it running forever. On Linux it is therefore started through
 ``setpriv --pdeathsig KILL`` from a long-lived spawner thread (the parent-death signal follows
 the *thread* that forked), and instances are closed at interpreter exit.
+
+Every process starts with :data:`CONFIG` (``-config``): exiftool's IPTC ``TimeCreated`` and
+``DigitalCreationTime`` writers add the *worker's* local time zone to a time given without one
+(``17:00:00`` became ``18:00:00+01:00`` under ``TZ=Europe/Berlin``); with the config a time keeps
+exactly the zone it is given, and a time without one is written without one.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import re
 import selectors
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import weakref
@@ -42,6 +48,66 @@ _STATUS_RE = re.compile(rb"\{ready(\d+) status=(\d+)\}\r?\n?$")
 INSTALL_HINT = (
     "install it: apt-get install libimage-exiftool-perl (Debian/Ubuntu), brew install exiftool (macOS)"
 )
+
+
+#: exiftool configuration every process is started with: IPTC times never gain a zone they were
+#: not given (the stock writer fills in the machine's local zone).
+CONFIG = r"""# photojobs: IPTC times keep the zone they are given; none is taken from the machine.
+sub PhotojobsIptcTime($) {
+    my $val = shift;
+    return Image::ExifTool::IPTC::IptcTime($val)
+        if $val =~ /\d{1,2}:?\d{2}:?\d{2}(\.\d*)?\s*([+-]\d{1,2}:?\d{2}|Z)\s*$/i;
+    return undef unless $val =~ /\b(\d{1,2}):?(\d{2}):?(\d{2})(\.\d*)?\s*$/;
+    return sprintf("%.2d%.2d%.2d", $1, $2, $3);
+}
+%Image::ExifTool::UserDefined = (
+    'Image::ExifTool::IPTC::ApplicationRecord' => {
+        60 => {
+            Name => 'TimeCreated', Groups => { 2 => 'Time' }, Format => 'string[6,11]', Shift => 'Time',
+            ValueConv => 'Image::ExifTool::Exif::ExifTime($val)',
+            ValueConvInv => 'PhotojobsIptcTime($val)',
+            PrintConv => '$self->Options("DateFormat") ? $self->ConvertDateTime("1970:01:01 $val") : $val',
+            PrintConvInv => 'Image::ExifTool::IPTC::InverseDateOrTime($self,$val)',
+        },
+        63 => {
+            Name => 'DigitalCreationTime', Groups => { 2 => 'Time' }, Format => 'string[6,11]',
+            Shift => 'Time',
+            ValueConv => 'Image::ExifTool::Exif::ExifTime($val)',
+            ValueConvInv => 'PhotojobsIptcTime($val)',
+            PrintConv => '$self->Options("DateFormat") ? $self->ConvertDateTime("1970:01:01 $val") : $val',
+            PrintConvInv => 'Image::ExifTool::IPTC::InverseDateOrTime($self,$val)',
+        },
+    },
+);
+1;
+"""
+
+
+_config_file: tuple[int, str] | None = None
+
+
+def config_path() -> str:
+    """A private copy of :data:`CONFIG` (mode 0600, made once per process and removed at exit; never
+    a predictable shared path, since exiftool runs the file as Perl)."""
+    global _config_file
+    with _spawner_lock:
+        pid = os.getpid()
+        if _config_file is None or _config_file[0] != pid or not os.path.exists(_config_file[1]):
+            fd, path = tempfile.mkstemp(prefix="photojobs-exiftool-", suffix=".config")
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(CONFIG)
+            _config_file = (pid, path)
+            atexit.register(_remove_own, pid, path)
+        return _config_file[1]
+
+
+def _remove_own(pid: int, path: str) -> None:
+    """Remove this process's config at exit (a forked child leaves its parent's file alone)."""
+    if os.getpid() == pid:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 class ExifToolDied(PhotoError):
@@ -127,7 +193,7 @@ class ExifTool:
             raise PhotoError(
                 None, f"exiftool is not installed ({self.executable!r} is not on PATH); {INSTALL_HINT}"
             )
-        argv = [exe, "-stay_open", "True", "-@", "-"]
+        argv = [exe, "-config", config_path(), "-stay_open", "True", "-@", "-"]
         setpriv = shutil.which("setpriv")
         if setpriv is not None:
             argv = [setpriv, "--pdeathsig", "KILL", "--", *argv]

@@ -189,23 +189,29 @@ def test_jpeg_edit_keeps_camera_tags_and_shifts_all_three_dates(camera_jpeg: Pat
         assert was - now == timedelta(days=1, hours=2)
 
 
-def test_jpeg_without_exif_gets_an_exif_segment_after_jfif(tmp_path: Path) -> None:
+def test_jpeg_without_exif_gets_no_exif_only_xmp_and_iptc(tmp_path: Path) -> None:
     # Given a JPEG with a JFIF APP0 segment and no EXIF
     src = tmp_path / "plain.jpg"
     samples._pattern((120, 80)).save(src, "JPEG", quality=90)
     assert read_metadata(src)["keywords"] == []
     dst = staged_path(src, "t1")
-    # When keywords are written
-    write_metadata(src, dst, ExifEdit(keywords=["new"], rating=5))
+    # When keywords, a rating, a description and an artist are written
+    write_metadata(src, dst, ExifEdit(keywords=["new"], rating=5, description="d", artist="Ann"))
     data = dst.read_bytes()
-    # Then JFIF stays first, EXIF follows it, the image data is unchanged and the tags read back
+    # Then JFIF stays first, no EXIF block is invented, the image data is unchanged
     assert data[2:4] == b"\xff\xe0" and data[6:11] == b"JFIF\x00"
-    app0_end = 4 + int.from_bytes(data[4:6], "big")
-    assert (
-        data[app0_end : app0_end + 2] == b"\xff\xe1" and data[app0_end + 4 : app0_end + 10] == b"Exif\x00\x00"
-    )
+    assert b"Exif\x00\x00" not in data[: jpeg_scan_data(data) and data.find(jpeg_scan_data(data))]
     assert jpeg_scan_data(data) == jpeg_scan_data(src.read_bytes())
+    groups = {key.split(":", 1)[0] for key in _tags(dst)}
+    assert not groups & {"IFD0", "ExifIFD", "IFD1"}, groups
+    # and the values are in XMP and IPTC, where photo apps read them
     assert (read_metadata(dst)["keywords"], read_metadata(dst)["rating"]) == (["new"], 5)
+    assert _tags(dst)["IPTC:Keywords"] == "new" and _tags(dst)["IPTC:By-line"] == "Ann"
+
+
+def _tags(path: Path) -> dict[str, object]:
+    out = ExifTool.shared().execute("-j", "-G1", "-a", os.path.abspath(path))
+    return json.loads(out, parse_int=str, parse_float=str)[0]
 
 
 def test_empty_values_clear_and_none_keeps(camera_jpeg: Path) -> None:
@@ -213,8 +219,8 @@ def test_empty_values_clear_and_none_keeps(camera_jpeg: Path) -> None:
     first = staged_path(camera_jpeg, "t1")
     write_metadata(camera_jpeg, first, ExifEdit(keywords=["a", "b"], description="desc", artist="Ann"))
     second = staged_path(camera_jpeg, "t2")
-    # When keywords and description are cleared and artist is left as None
-    write_metadata(first, second, ExifEdit(keywords=[], description=""))
+    # When keywords are replaced by none, the description cleared and artist left as None
+    write_metadata(first, second, ExifEdit(keywords=[], keywords_mode="replace", description=""))
     meta = read_metadata(second)
     # Then the cleared ones are gone and the untouched one remains
     assert meta["keywords"] == [] and meta["description"] is None
@@ -303,15 +309,19 @@ def test_exiftool_formats_keep_pixels_and_read_back(tmp_path: Path, maker: str) 
     assert meta["taken"] == "2020-05-17T12:00:00"
 
 
-def test_exiftool_keywords_replace_previous_ones(tmp_path: Path) -> None:
+def test_keywords_replace_previous_ones_only_when_asked(tmp_path: Path) -> None:
     # Given a PNG that already has keywords
     src = samples.make_png(tmp_path / "a.png")
     first = staged_path(src, "t1")
     write_metadata(src, first, ExifEdit(keywords=["old1", "old2"]))
-    second = staged_path(src, "t2")
-    # When new keywords are written / Then only the new ones remain
-    write_metadata(first, second, ExifEdit(keywords=["new"]))
-    assert read_metadata(second)["keywords"] == ["new"]
+    # When new keywords are written by default / Then they are added after the old ones
+    added = staged_path(src, "t2")
+    write_metadata(first, added, ExifEdit(keywords=["new", "old1"]))
+    assert read_metadata(added)["keywords"] == ["old1", "old2", "new"]
+    # When they are written with keywords_mode=replace / Then only the new ones remain
+    replaced = staged_path(src, "t3")
+    write_metadata(first, replaced, ExifEdit(keywords=["new"], keywords_mode="replace"))
+    assert read_metadata(replaced)["keywords"] == ["new"]
 
 
 def test_exiftool_output_replaces_a_stale_staged_file(tmp_path: Path) -> None:
@@ -534,10 +544,10 @@ def test_an_older_latin1_iptc_block_is_converted_to_utf8_keeping_its_text(tmp_pa
     dst = staged_path(src, "t1")
     # When keywords with non-ASCII letters are written
     write_metadata(src, dst, ExifEdit(keywords=["Été", "東京"]))
-    # Then the block is UTF-8, the new keywords replace the old ones and the caption keeps its text
+    # Then the block is UTF-8, the new keywords follow the old one and the caption keeps its text
     iptc = _tags(dst, "-IPTC:all")
     assert iptc["IPTC:CodedCharacterSet"] == "UTF8"
-    assert iptc["IPTC:Keywords"] == ["Été", "東京"]
+    assert iptc["IPTC:Keywords"] == ["Crème", "Été", "東京"]
     assert iptc["IPTC:Caption-Abstract"] == "Café"
 
 
