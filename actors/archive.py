@@ -14,7 +14,7 @@ from photos.archive import archive_relpath, build_bundle, verify_bundle
 from photos.errors import PhotoError
 from store.items import bundle_members
 
-from .common import facts_for, fallback_time, params, photo_path, photo_root
+from .common import check_photo, destination_root, facts_for, fallback_time, params, photo_path, photo_root
 from .effects import FileEffects, TargetTaken, result_of
 from .lane import lane_actor
 from .moves import MAX_SUFFIX, move_photo
@@ -27,8 +27,9 @@ def archive(ctx: ItemContext) -> dict[str, Any]:
     if recovered:
         return {"target": recovered[-1].target, "recovered": True}
     opts = params(ctx)
-    root = Path(opts["root"])
+    root = destination_root(ctx, opts["root"])  # checked before a folder is made through it
     root.mkdir(parents=True, exist_ok=True)
+    root = destination_root(ctx, root)  # and again: a parent swapped for a symlink meanwhile
     if opts.get("bundle", "none") != "none":
         return _bundle(ctx, effects, root, opts["bundle"])
     path = photo_path(ctx)
@@ -45,6 +46,8 @@ def _bundle(ctx: ItemContext, effects: FileEffects, root: Path, kind: str) -> di
         return {"bundle": None, "photos": 0, "note": "no photo reached the archive lane"}
     sources = [(Path(path), f"{pid:06d}_{Path(path).name}") for pid, path in members]
     for src, _ in sources:
+        if src.is_symlink() or src.exists():
+            check_photo(ctx, src)  # every member at the moment of use, before a byte is read
         if not src.is_file():
             raise PhotoError(src, "file not found (deleted or moved after submission)")
     for n in range(MAX_SUFFIX):

@@ -7,25 +7,65 @@ from typing import Any
 
 from middleware.context import ItemContext
 from photos.analyze import analyze
+from photos.containment import resolve_inside
 from photos.errors import PhotoError
-from photos.params import lane_params
+from photos.params import ALLOWED_ROOTS_KEY, lane_params
 from store.intents import photo_facts
+
+DESTINATION_ROOTS = "the photo roots and output roots the job was given"
 
 
 def photo_path(ctx: ItemContext) -> Path:
+    """The item's photo, checked at the moment of use: it exists and, with every symlink resolved,
+    lies inside the job's roots (or its archive root), else the item fails "outside the photo
+    roots" before a byte of it is read."""
     if not ctx.photo_path:
         raise PhotoError(None, f"item {ctx.item_id} names no photo")
     path = Path(ctx.photo_path)
+    if not path.exists() and not path.is_symlink():
+        raise PhotoError(path, "file not found (deleted or moved after submission)")
+    check_photo(ctx, path)
     if not path.exists():
         raise PhotoError(path, "file not found (deleted or moved after submission)")
     return path
 
 
+def readable_roots(ctx: ItemContext) -> list[Path]:
+    """Where the job's photos may be: its roots (recorded resolved at submission) and, once the
+    archive lane moved them, its archive root."""
+    roots = [Path(r) for r in ctx.lease.roots]
+    archive = ctx.params.get("archive.root")
+    if isinstance(archive, str) and archive:
+        confined = ALLOWED_ROOTS_KEY in ctx.params
+        roots.append(Path(archive) if confined else Path(archive).expanduser().resolve())
+    return roots
+
+
+def check_photo(ctx: ItemContext, path: Path) -> Path:
+    """``path``'s real path when it lies inside :func:`readable_roots`; ``OutsideRoot`` otherwise."""
+    roots = readable_roots(ctx)
+    if not roots:
+        return path
+    return resolve_inside(path, roots, resolve_roots=False)
+
+
+def destination_root(ctx: ItemContext, folder: str | Path) -> Path:
+    """The folder a lane writes into (upload target, archive root), checked at the moment of use: for
+    a job confined at submission it must resolve inside the photo and output roots it recorded, and
+    its real path is returned; an unconfined (operator's CLI) job writes where it was told."""
+    allowed = ctx.params.get(ALLOWED_ROOTS_KEY)
+    if allowed is None:
+        return Path(folder)
+    return resolve_inside(folder, allowed, what=DESTINATION_ROOTS, resolve_roots=False)
+
+
 def photo_root(ctx: ItemContext, path: Path) -> Path:
-    """The deepest root the job was given that contains the photo."""
+    """The deepest root the job was given that contains the photo; it must still be a real folder
+    (a root swapped for a symlink would carry a rename out of it)."""
     roots = sorted((Path(r) for r in ctx.lease.roots), key=lambda p: len(p.parts), reverse=True)
     for root in roots:
         if path == root or root in path.parents:
+            resolve_inside(root, [root], resolve_roots=False)
             return root
     raise PhotoError(path, f"outside the job's roots {[str(r) for r in roots]}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ from middleware.context import ItemContext
 from photos import fileops
 from photos.upload import LocalTarget, S3Target, object_key, parse_target
 
-from .common import facts_for, fallback_time, params, photo_path
+from .common import destination_root, facts_for, fallback_time, params, photo_path
 from .effects import FileEffects, result_of
 from .lane import lane_actor
 
@@ -19,6 +20,8 @@ from .lane import lane_actor
 def upload(ctx: ItemContext) -> dict[str, Any]:
     opts = params(ctx)
     spec = parse_target(opts["target"], opts.get("endpoint"))
+    if spec.kind == "local":  # the folder written into, re-checked at the moment of use
+        spec = replace(spec, root=destination_root(ctx, spec.root or opts["target"]))
     effects = FileEffects(ctx)
     if spec.kind == "local":
         recovered = effects.recover()

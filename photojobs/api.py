@@ -16,9 +16,21 @@ from sqlalchemy import Engine
 
 from photojobs.config import Settings
 from photojobs.doorbell import ring_sweepers
-from photojobs.roots import OutsideRoots, check_found, confine
+from photojobs.roots import (
+    OUTPUT_ROOTS_ENV,
+    ROOTS_ENV,
+    UPLOAD_TARGETS_ENV,
+    NamedTarget,
+    OutsideRoots,
+    check_found,
+    confine,
+    confine_destination,
+    parse_roots,
+    parse_upload_targets,
+)
+from photos.containment import real_roots
 from photos.errors import InvalidParameter
-from photos.params import validate_params
+from photos.params import ALLOWED_ROOTS_KEY, refuse_untrusted, validate_params
 from store import events as store_events
 from store import jobs as store_jobs
 from store import listing as store_listing
@@ -126,12 +138,20 @@ class Client:
         params: Mapping[str, Any] | None = None,
         *,
         allowed_roots: Sequence[str | Path] | None = None,
+        output_roots: Sequence[str | Path] | None = None,
+        untrusted: bool = False,
+        diagnostics: bool = False,
     ) -> Plan:
         """Check a job before submitting it: lanes, parameters (with defaults filled in), photos, roots.
 
         With ``allowed_roots`` (the web API's photo roots) every path, and every file found under
         it, must lie inside one of them (``OutsideRoots`` otherwise); relative paths are taken
-        relative to the first root.
+        relative to the first root. When photo or output roots are known (these arguments, else
+        ``PHOTOJOBS_PHOTO_ROOTS`` / ``PHOTOJOBS_OUTPUT_ROOTS`` in the settings' environment) every
+        local destination, defaults included, must resolve inside one of them too, and the job
+        records them for the workers' check at the moment of use. ``untrusted`` (the web API)
+        refuses an S3 endpoint, a raw ``s3://`` target and, unless ``diagnostics``, the noop lane's
+        fault parameters. ``upload.target_name`` picks a target from ``PHOTOJOBS_UPLOAD_TARGETS``.
         """
         try:
             names = parse_lanes(list(lanes) if not isinstance(lanes, str) else lanes)
@@ -141,14 +161,20 @@ class Client:
             raise BadParameter("parameters must be an object of KEY: VALUE")
         try:
             clean = validate_params(names, dict(params or {}))
+            if untrusted:
+                refuse_untrusted(clean, diagnostics=diagnostics)
         except InvalidParameter as exc:
             raise BadParameter(str(exc)) from None
+        env = self.settings.env
+        named = parse_upload_targets(env.get(UPLOAD_TARGETS_ENV))
+        _pick_named_target(clean, named)
         paths_list = [str(p) for p in paths]
         if allowed_roots is not None:
             paths_list = confine(paths_list, [Path(r) for r in allowed_roots])
         photos, roots = collect_photos(paths_list, any_file=names == ["noop"])
         if allowed_roots is not None:
             check_found(photos, [Path(r) for r in allowed_roots])
+        given_keys = set(clean)
         if roots:
             base = roots[0]
             if "upload" in names:
@@ -156,11 +182,25 @@ class Client:
             if "archive" in names:
                 clean.setdefault("archive.root", f"{base}-archive")
                 clean.setdefault("archive.bundle", "none")
+        dest_roots = (
+            [Path(r) for r in allowed_roots] if allowed_roots is not None else parse_roots(env.get(ROOTS_ENV))
+        )
+        out_roots = (
+            [Path(r) for r in output_roots]
+            if output_roots is not None
+            else parse_roots(env.get(OUTPUT_ROOTS_ENV))
+        )
+        confined = allowed_roots is not None or bool(dest_roots) or bool(out_roots)
+        if confined:
+            _confine_destinations(clean, given_keys, dest_roots, [*out_roots, *_local_targets(named)])
         inputs = [_photo_input(p) for p in photos]
         # "The same job" is the same command: the paths as given (resolved), lanes and params; not the
         # files found, since a rename or archive moves them out of the way.
         given = [str(Path(p).expanduser().resolve()) for p in paths_list]
         fingerprint = store_jobs.job_fingerprint(names, given, clean)
+        if confined:
+            allowed = [*dest_roots, *out_roots, *_local_targets(named)]
+            clean[ALLOWED_ROOTS_KEY] = sorted({str(r) for r in real_roots(allowed)})
         return Plan(names, clean, inputs, [str(r) for r in roots], fingerprint)
 
     def submit(
@@ -274,6 +314,39 @@ class Client:
         """Where the job's files go (upload target, archive root), from its parameters."""
         keys = {"upload": "upload.target", "archive": "archive.root"}
         return {lane: str(status.params[k]) for lane, k in keys.items() if k in status.params}
+
+
+# Local destinations a job may name; each must resolve inside the photo or output roots when confined.
+DESTINATIONS = ("upload.target", "archive.root")
+
+
+def _pick_named_target(clean: dict[str, Any], named: Mapping[str, NamedTarget]) -> None:
+    """``upload.target_name`` -> the operator's ``upload.target`` (and ``upload.endpoint``)."""
+    name = clean.get("upload.target_name")
+    if name is None:
+        return
+    if name not in named:
+        listing = ", ".join(sorted(named)) or f"none are configured ({UPLOAD_TARGETS_ENV} is empty)"
+        raise BadParameter(
+            f"parameter upload.target_name={name!r}: no such upload target; targets: {listing}"
+        )
+    clean["upload.target"] = named[name].target
+    if named[name].endpoint:
+        clean["upload.endpoint"] = named[name].endpoint
+
+
+def _local_targets(named: Mapping[str, NamedTarget]) -> list[Path]:
+    """The operator's named local upload folders (allowed destinations, whatever the roots)."""
+    return [Path(t.target).expanduser().absolute() for t in named.values() if "://" not in t.target]
+
+
+def _confine_destinations(
+    clean: dict[str, Any], given: set[str], photo_roots: list[Path], output_roots: list[Path]
+) -> None:
+    for key in DESTINATIONS:
+        value = clean.get(key)
+        if isinstance(value, str) and "://" not in value:
+            clean[key] = confine_destination(key, value, photo_roots, output_roots, default=key not in given)
 
 
 def _photo_input(p: Path) -> store_jobs.PhotoInput:

@@ -27,7 +27,7 @@ import numpy as np
 import pillow_heif
 from PIL import Image, UnidentifiedImageError
 
-from photos.errors import UnreadableImage
+from photos.errors import UnreadableImage, describe_content
 
 pillow_heif.register_heif_opener()
 
@@ -116,8 +116,8 @@ def _analyze_open(path: Path, fh: Any, size: int, sha256: str, max_pixels: int) 
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise UnreadableImage(path, f"refused as a decompression bomb: {exc}") from exc
     except UnidentifiedImageError as exc:
-        head = _head(fh)
-        raise UnreadableImage(path, f"not an image file Pillow can read (starts with {head!r})") from exc
+        looks = describe_content(_head(fh), size)
+        raise UnreadableImage(path, f"not an image file Pillow can read ({looks})") from exc
     except (OSError, ValueError, SyntaxError, RuntimeError, zlib.error, EOFError) as exc:
         raise UnreadableImage(path, f"corrupt image header: {exc}") from exc
     with img:
@@ -160,7 +160,7 @@ def _analyze_open(path: Path, fh: Any, size: int, sha256: str, max_pixels: int) 
 def _head(fh: Any) -> bytes:
     try:
         fh.seek(0)
-        return fh.read(16)
+        return fh.read(512)
     except OSError:
         return b""
 

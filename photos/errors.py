@@ -36,3 +36,16 @@ class PatternError(InvalidParameter):
 
 class OutsideRoot(PhotoError):
     """A path resolved outside the roots the job was given."""
+
+
+def describe_content(head: bytes, size: int) -> str:
+    """What a file that is not an image looks like, without quoting any of it (an error must never
+    carry a file's content): "empty file", "text, not an image" or "N bytes, not a recognised image
+    format"."""
+    if size == 0 or not head:
+        return "empty file"
+    sample = head[:512]
+    printable = sum(1 for b in sample if 32 <= b < 127 or b in b"\t\r\n")
+    if b"\x00" not in sample and printable >= 0.9 * len(sample):
+        return "text, not an image"
+    return f"{size} bytes, not a recognised image format"

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from photos.containment import resolve_inside
 from photos.errors import InvalidParameter, OutsideRoot, PhotoError
 
 CHUNK = 1024 * 1024
@@ -285,14 +286,13 @@ def _unlink_quietly(path: Path) -> None:
 def ensure_inside(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
     """Resolve ``path`` (relative paths are taken relative to ``root``; symlinks followed) and
     return it; raise OutsideRoot if it is not ``root`` itself or inside it."""
-    root_resolved = Path(root).resolve()
     candidate = Path(path)
     if not candidate.is_absolute():
         candidate = Path(root) / candidate
-    resolved = candidate.resolve()
-    if not resolved.is_relative_to(root_resolved):
-        raise OutsideRoot(path, f"resolves to {resolved}, which is outside {root_resolved}")
-    return resolved
+    try:
+        return resolve_inside(candidate, [root], what=f"the root {Path(root).resolve()}")
+    except OutsideRoot:
+        raise OutsideRoot(path, f"resolves outside the root {Path(root).resolve()}") from None
 
 
 def sweep_stray_temps(

@@ -67,6 +67,13 @@ def _upload_target(value: Any) -> str:
     return str(value)
 
 
+def _target_name(value: Any) -> str:
+    text = str(value).strip()
+    if not text:
+        raise InvalidParameter("expected the name of a configured upload target, got an empty value")
+    return text
+
+
 def _bundle(value: Any) -> str:
     from photos.archive import parse_bundle_kind
 
@@ -78,6 +85,15 @@ def _folder(value: Any) -> str:
     if not text:
         raise InvalidParameter("expected a folder path, got an empty value")
     return text
+
+
+# Recorded by the submission (never accepted from a request: no lane is called "job"): the real
+# folders a confined job may read and write (photo roots and output roots); the workers re-check
+# every destination against them at the moment of use.
+ALLOWED_ROOTS_KEY = "job.allowed_roots"
+
+# Parameters that can hurt or hog a worker: refused from the web API unless PHOTOJOBS_DIAGNOSTICS=1.
+DIAGNOSTIC_PARAMS = ("noop.sleep", "noop.spin", "noop.crash_if", "noop.fail_if")
 
 
 @dataclass(frozen=True)
@@ -113,6 +129,7 @@ KNOWN: dict[str, dict[str, Param]] = {
     "upload": {
         "target": Param(_upload_target, "a local folder (default <root>-uploads) or s3://bucket/prefix"),
         "endpoint": Param(_text, "S3-compatible endpoint URL (credentials from AWS_* environment)"),
+        "target_name": Param(_target_name, "a target the operator named in PHOTOJOBS_UPLOAD_TARGETS"),
         "key": Param(_pattern, "key pattern (default: content-addressed {sha256[:2]}/{sha256}{ext})"),
     },
     "archive": {
@@ -146,6 +163,10 @@ def validate_params(lanes: Sequence[str], params: Mapping[str, Any]) -> dict[str
             out[key] = KNOWN[lane][name].parse(value)
         except InvalidParameter as exc:
             raise InvalidParameter(f"parameter {key}={value!r}: {exc}") from None
+    if "upload.target_name" in out and ("upload.target" in out or "upload.endpoint" in out):
+        raise InvalidParameter(
+            "parameter upload.target_name names the whole target: drop upload.target and upload.endpoint"
+        )
     if out.get("upload.endpoint") and not str(out.get("upload.target", "")).startswith("s3://"):
         raise InvalidParameter("parameter upload.endpoint needs an s3:// upload.target")
     return out
@@ -166,3 +187,26 @@ def parse_param_pairs(pairs: Sequence[str]) -> dict[str, str]:
             raise InvalidParameter(f"parameter {pair!r} is not KEY=VALUE")
         out[key.strip()] = value
     return out
+
+
+def refuse_untrusted(params: Mapping[str, Any], *, diagnostics: bool) -> None:
+    """What a web request may not ask for: an S3 endpoint or a raw ``s3://`` target (remote targets
+    come from ``PHOTOJOBS_UPLOAD_TARGETS`` by name), and, unless ``diagnostics``, the fault
+    parameters of the noop lane. Raises :class:`InvalidParameter` naming the parameter."""
+    if "upload.endpoint" in params:
+        raise InvalidParameter(
+            "parameter upload.endpoint is not accepted over HTTP; the operator names remote targets "
+            "in PHOTOJOBS_UPLOAD_TARGETS and a request picks one with upload.target_name"
+        )
+    target = str(params.get("upload.target", ""))
+    if "://" in target or target.lower().startswith("s3:"):
+        raise InvalidParameter(
+            f"parameter upload.target={target!r}: remote targets are not accepted over HTTP; pick one "
+            "the operator named in PHOTOJOBS_UPLOAD_TARGETS with upload.target_name"
+        )
+    asked = [k for k in DIAGNOSTIC_PARAMS if k in params]
+    if asked and not diagnostics:
+        raise InvalidParameter(
+            f"parameter(s) {', '.join(asked)} are diagnostics, refused over HTTP unless the server "
+            "runs with PHOTOJOBS_DIAGNOSTICS=1"
+        )

@@ -390,17 +390,9 @@ def resolve_target(root: Path, relpath: str) -> Path:
         check_relpath(relpath)
     except PatternError as exc:
         raise OutsideRoot(relpath, f"not a safe relative path: {exc}") from None
-    real_root = Path(root).expanduser().resolve()
-    candidate = real_root / relpath
-    parent = candidate.parent.resolve()
-    if not parent.is_relative_to(real_root):
-        raise OutsideRoot(relpath, f"resolves to {parent} which is outside the root {real_root}")
-    target = parent / candidate.name
-    if target.is_symlink():
-        pointed = target.resolve()
-        if not pointed.is_relative_to(real_root):
-            raise OutsideRoot(relpath, f"is a symlink to {pointed} which is outside the root {real_root}")
-    return target
+    from photos.containment import check_relative
+
+    return check_relative(root, relpath)
 
 
 _EXT_RE = re.compile(r"^(?P<base>.+?)(?P<ext>\.[A-Za-z0-9]{1,5})$")
