@@ -33,6 +33,7 @@ class WebServer:
             "PHOTOJOBS_PHOTO_ROOTS": ":".join(str(r) for r in roots),
             "PHOTOJOBS_SSE_KEEPALIVE": "0.5",
             "PHOTOJOBS_SSE_POLL": "0.1",
+            "PHOTOJOBS_DIAGNOSTICS": "1",  # the tests send the noop lane's fault parameters
             **(extra or {}),
         }
         self.proc: subprocess.Popen[bytes] | None = None
