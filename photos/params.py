@@ -46,6 +46,13 @@ def _keywords(value: Any) -> list[str]:
     return [str(k).strip() for k in items if str(k).strip()]
 
 
+def _keyword_mode(value: Any) -> str:
+    text = str(value).strip().lower()
+    if text not in ("add", "replace"):
+        raise InvalidParameter(f"expected add or replace, got {value!r}")
+    return text
+
+
 def _shift(value: Any) -> str:
     from photos.exif import parse_shift
 
@@ -114,7 +121,13 @@ KNOWN: dict[str, dict[str, Param]] = {
         "dup_distance": Param(_int(0, 64), "phash distance for near-duplicate groups (default 6)"),
     },
     "exif": {
-        "keywords": Param(_keywords, "comma-separated keywords (replace existing ones)"),
+        "keywords": Param(
+            _keywords, "comma-separated keywords, added to the photo's own (a|b|c is hierarchical)"
+        ),
+        "keywords_remove": Param(_keywords, "comma-separated keywords taken out of the photo's"),
+        "keywords_mode": Param(
+            _keyword_mode, "add (default) or replace: the photo's keywords become exactly exif.keywords"
+        ),
         "description": Param(_text, "image description"),
         "rating": Param(_int(0, 5), "star rating 0-5"),
         "artist": Param(_text, "artist / creator"),
