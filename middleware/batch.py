@@ -30,17 +30,22 @@ def run_batch(
     throws: tuple[type[BaseException], ...] = (),
 ) -> None:
     """Run ``body`` for each item of ``batch`` in order, recording each one's outcome on its
-    context (``result``, or ``error``); ``restart_clock(ctx)`` before each item (its time limit)."""
+    context (``result``, or ``error``); ``restart_clock(ctx)`` before each item (its time limit).
+    ``ctx.ran`` is set only when the item's body starts: an item stopped before its turn, or left
+    behind by an interrupt between items, has ``ran`` False and gives its attempt back."""
     try:
         for ctx in batch:
-            ctx.ran = True
             if ctx.stop_kind is not None:
-                ctx.error = Stopped(ctx.stop_kind, ctx.stop_reason)
+                ctx.error = Stopped(ctx.stop_kind, ctx.stop_reason)  # never started: ``ran`` stays False
                 continue
             set_current(ctx)
             if restart_clock is not None:
+                # Outside the item's ``try``: an interrupt here (a time limit that fired between
+                # items, a shutdown) ends the message before this item starts; it and the items
+                # after it are released by the finish (``ran`` False), no attempt used.
                 restart_clock(ctx)
             try:
+                ctx.ran = True  # set only as the body starts (an item whose turn never came is released)
                 ctx.result = body(ctx)
             except (Exception, Interrupt) as exc:  # noqa: BLE001 - the item's outcome, not the batch's
                 ctx.error = exc

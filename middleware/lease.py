@@ -22,7 +22,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import dramatiq
-from dramatiq.middleware import Middleware, SkipMessage
+from dramatiq.middleware import Middleware, SkipMessage, TimeLimit
+from dramatiq.middleware.threading import Interrupt
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
@@ -67,6 +68,42 @@ def _payload(result: Any) -> dict[str, Any] | None:
 
 def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def disarm_time_limit(broker: dramatiq.Broker) -> None:
+    """Stop Dramatiq's ``TimeLimit`` clock for this worker thread before the item is finished.
+
+    Dramatiq runs ``after_*`` hooks in reverse order, so ``TimeLimit`` (the broker's first
+    middleware) would disarm only after this middleware had finished the items: a limit that ran
+    out during the finish raised ``TimeLimitExceeded`` inside the finishing transaction, leaving
+    the items ``running`` until the sweeper revoked them. The finish is not the actor's work: the
+    time limit does not apply to it."""
+    for m in broker.middleware:
+        if isinstance(m, TimeLimit):
+            m.manager.remove_timeout(threading.get_ident())
+
+
+FINISH_TRIES = 3  # a finish interrupted by a BaseException is run again (at most this many runs)
+
+
+def finish_uninterrupted(finish: Callable[[], None]) -> None:
+    """Run ``finish`` to its end even when a ``BaseException`` lands in it — the time limit's
+    ``TimeLimitExceeded`` raised by its timer thread just before ``disarm_time_limit`` (the timer
+    decides under its lock but raises after it), a shutdown notification — then re-raise the first
+    one. A finish is safe to run again: each item's writes go through its fence, so a run that had
+    committed before the interrupt makes the next one a refused (logged) stale commit."""
+    caught: BaseException | None = None
+    for _ in range(FINISH_TRIES):
+        try:
+            finish()
+        except BaseException as exc:  # noqa: BLE001 - finish first, re-raised below
+            if caught is None:
+                caught = exc
+            log.warning("the finish was interrupted by %s; finishing again", type(exc).__name__)
+            continue
+        break
+    if caught is not None:
+        raise caught
 
 
 # Claim outcomes (store.items.claim) for an item its job paused or cancelled.
@@ -325,22 +362,28 @@ class LeaseMiddleware(Middleware):
     ) -> None:
         batch = current_batch()
         if batch is not None and message.actor_name == batch[0].spec.actor:
+            disarm_time_limit(broker)
             set_batch(None)
             set_current(None)
             for ctx in batch:
                 self.heartbeat.remove(ctx.item_id)
-            self.finish_batch(batch, exception, throws=_throws(broker, message))
+            throws = _throws(broker, message)
+            finish_uninterrupted(lambda: self.finish_batch(batch, exception, throws=throws))
             self.top_up(broker, batch[0])
             return
         ctx = peek_current()
         if ctx is None or message.actor_name != ctx.spec.actor:
             return
+        disarm_time_limit(broker)
         set_current(None)
         self.heartbeat.remove(ctx.item_id)
-        self.finish(ctx, ctx.result, exception, throws=_throws(broker, message))
+        throws = _throws(broker, message)
+        one = ctx
+        finish_uninterrupted(lambda: self.finish(one, one.result, exception, throws=throws))
         self.top_up(broker, ctx)
 
     def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:
+        disarm_time_limit(broker)  # the releases below must not be interrupted either
         batch = current_batch()
         if batch is not None and message.actor_name == batch[0].spec.actor:
             set_batch(None)
@@ -470,15 +513,20 @@ class LeaseMiddleware(Middleware):
         throws: type[BaseException] | tuple[type[BaseException], ...] = (),
     ) -> None:
         """Commit the outcomes of a batch message's items in one transaction, each through its own
-        fence (``store.fencing.fenced_batch``), in (job, item) order. An item whose turn never came
-        takes the exception that ended the message, or is released (no attempt used) when the
-        message ended without one. If that transaction fails — one lease stale, the store — each
-        item is finished in a transaction of its own, which records what went wrong for that item."""
+        fence (``store.fencing.fenced_batch``), in (job, item) order. An item whose body never
+        started (``ctx.ran`` False) is stopped as its job asks now — cancelled, paused or released —
+        and gives its attempt back, whatever ended the message (an interrupt between items, a stop
+        request before its turn); only an error that is not an interrupt (a bug in the actor's
+        wrapper, before any item ran) is charged to them. If that transaction fails — one lease
+        stale, the store — each item is finished in a transaction of its own, which records what
+        went wrong for that item."""
         plans: list[tuple[ItemContext, str, Callable[[Session], Any]]] = []
         for ctx in sorted(batch, key=lambda c: (c.lease.job_id, c.item_id)):
             if ctx.ran:
                 plan = self._finish_plan(ctx, ctx.result, ctx.error, throws)
-            elif exception is not None:
+            elif isinstance(ctx.error, Stopped):  # asked to stop before its turn
+                plan = self._finish_plan(ctx, None, ctx.error, throws)
+            elif exception is not None and not isinstance(exception, Interrupt):
                 plan = self._finish_plan(ctx, None, exception, throws)
             else:
                 unrun = Stopped(STOP_SHUTDOWN, "the message ended before the item's turn")

@@ -730,10 +730,11 @@ def stop(s: Session, lease: Lease, worker: str | None, reason: str) -> str:
     """End a running item that stopped cooperatively, as its job asks *now* (read in this
     transaction, under a share lock): ``cancelled``, ``paused``, or back to ``pending`` (a resume
     came first, or the worker is shutting down). A stop that was not a failure does not use up an
-    attempt."""
+    attempt, whichever state it ends in: the claim's attempt is handed back on cancel as on pause
+    (a batch-mate cancelled before its turn never ran)."""
     state = state_for(lock_for_finish(s, lease))
     if state == CANCELLED:
-        _end_lease(s, lease, state=CANCELLED)
+        _end_lease(s, lease, state=CANCELLED, attempt=Item.attempt - 1)
         _event(s, "item_cancelled", lease, worker, {"reason": reason})
         return CANCELLED
     _end_lease(s, lease, state=state, attempt=Item.attempt - 1)

@@ -10,7 +10,7 @@ What is checked:
 - cursors: they run 1..N without a gap, a repeat or a step backwards;
 - per item, the events are a valid walk of the state machine (``item_created`` first; a claim only
   from queued/pending with token = previous token + 1 and attempt = previous attempt + 1, where a
-  cooperative pause or release gives its attempt back (only failures and expiries use one up); a lease
+  cooperative pause, cancel or release gives its attempt back (only failures and expiries use one up); a lease
   holder's commit (succeeded, failed, retry, released, stopped) only while running and with the
   token and the worker of the latest claim; ``lease_expired`` only while running, bumping the token
   by one; job-level changes only from the states they apply to; tokens never go backwards);
@@ -344,8 +344,8 @@ class _Walker:
             reason = detail.get("reason")
             if st == RUNNING:
                 self._control_is(it, e, control, f"stopped by its worker as {to}")
-                if self._lease_end(it, e, to) and to == PAUSED:
-                    it.attempt -= 1  # a pause is no failure: it does not use up an attempt
+                if self._lease_end(it, e, to):
+                    it.attempt -= 1  # a pause or a cancel is no failure: it does not use up an attempt
             else:
                 allowed = (WAITING, PENDING, QUEUED) + ((PAUSED,) if to == CANCELLED else ())
                 self._need(it, e, st in allowed, tok == it.token)

@@ -9,7 +9,7 @@ from sqlalchemy import Engine
 
 from photojobs.api import Client
 from photojobs.config import Settings
-from tests.support import Fleet, event_counts, item_states, items_of, make_files, wait_for
+from tests.support import Fleet, event_counts, events_of, item_states, items_of, make_files, wait_for
 
 TERMINAL = {"succeeded", "failed", "cancelled", "skipped"}
 
@@ -32,7 +32,8 @@ def test_cancel_mid_run_leaves_only_terminal_items(
     states = item_states(engine, job)
     assert states.get("cancelled", 0) >= 26
     assert client.status(job).state == "cancelled"
-    stopped = [i for i in items_of(engine, job) if i.attempt > 0 and i.state == "cancelled"]
+    # (a cancelled item gives its attempt back: its worker's item_cancelled event says it was running)
+    stopped = [e for e in events_of(engine, "item_cancelled") if e.job_id == job and e.worker is not None]
     assert stopped, "a running item should have been stopped cooperatively"
     client.engine.dispose()
 

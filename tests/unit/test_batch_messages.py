@@ -6,6 +6,7 @@ use batches too: they are on for the noop and analysis lanes)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -15,6 +16,7 @@ import dramatiq
 import pytest
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import TimeLimit
+from dramatiq.middleware.time_limit import TimeLimitExceeded
 from sqlalchemy import Engine, event, update
 from sqlalchemy.orm import Session
 
@@ -27,7 +29,7 @@ from store import jobs as store_jobs
 from store.dispatch import Publish
 from store.lanes import lane_spec
 from store.models import Event, Item
-from tests.support import events_of, item_row
+from tests.support import events_of, item_row, wait_for
 
 SPEC = replace(lane_spec("noop", env={}), max_attempts=3, backoff=30.0, time_limit=1.0)
 
@@ -176,7 +178,9 @@ def test_a_stale_pair_in_a_batch_message_is_rejected_and_the_others_run(harness:
     assert {harness.item(i).state for i in (items[0], items[2])} == {"succeeded"}
 
 
-def test_items_whose_job_is_cancelled_before_their_turn_never_start(harness: BatchHarness) -> None:
+def test_items_whose_job_is_cancelled_before_their_turn_never_start_and_keep_their_attempts(
+    harness: BatchHarness,
+) -> None:
     # Given three items whose job is cancelled while the first runs (the heartbeat passes it on)
     items = harness.submit(3)
     job_id = harness.item(items[0]).job_id
@@ -189,11 +193,13 @@ def test_items_whose_job_is_cancelled_before_their_turn_never_start(harness: Bat
     harness.body = body
     # When the batch runs
     harness.deliver([(i, 0) for i in items])
-    # Then only the first ran; the two others are cancelled, their leases ended
+    # Then only the first ran; the two others are cancelled, their leases ended, and the attempt
+    # their claim charged is handed back (as a pause does): they never ran
     assert harness.ran == [items[0]]
     for i in items[1:]:
         row = harness.item(i)
         assert row.state == "cancelled" and row.lease_owner is None
+        assert row.attempt == 0
         assert len(harness.events("item_cancelled", i)) == 1
 
 
@@ -248,3 +254,125 @@ def test_an_item_over_its_time_limit_is_interrupted_and_fails_alone(harness: Bat
     slow = harness.item(items[1])
     assert slow.state == "pending" and "TimeLimitExceeded" in (slow.error or "")
     assert [harness.item(i).state for i in (items[0], items[2])] == ["succeeded", "succeeded"]
+
+
+def test_an_interrupt_at_an_items_clock_restart_runs_neither_it_nor_the_rest_and_charges_them_nothing(
+    harness: BatchHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given three items, and a time-limit interrupt that lands as the second item's clock restarts
+    # (TimeLimit arms the message, then the lane restarts the clock before each item: 3rd arming)
+    items = harness.submit(3)
+    manager = time_limit(harness).manager
+    arm = manager.add_timeout
+    armed: list[int] = []
+
+    def add_timeout(thread_id: int, ttl: float) -> None:
+        armed.append(thread_id)
+        if len(armed) == 3:
+            raise TimeLimitExceeded()
+        arm(thread_id, ttl)
+
+    monkeypatch.setattr(manager, "add_timeout", add_timeout)
+    # When the batch runs
+    harness.deliver([(i, 0) for i in items])
+    # Then the first succeeded; the second is not marked succeeded (it never ran: no result), and
+    # neither it nor the third lost an attempt: both are released to pending, attempt 0
+    assert harness.ran == [items[0]]
+    assert harness.item(items[0]).state == "succeeded"
+    for i in items[1:]:
+        row = harness.item(i)
+        assert (row.state, row.attempt, row.result) == ("pending", 0, None)
+        assert harness.events("item_succeeded", i) == [] and len(harness.events("item_released", i)) == 1
+
+
+def time_limit(harness: BatchHarness) -> TimeLimit:
+    return next(m for m in harness.broker.middleware if isinstance(m, TimeLimit))
+
+
+def on_finish(harness: BatchHarness, hook: Callable[[], None]) -> Callable[[], None]:
+    """Run ``hook`` in the worker thread at the first statement that ends an item as succeeded
+    (inside the finishing transaction); returns the remover."""
+    main = threading.get_ident()
+
+    def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if threading.get_ident() != main and "state = 'succeeded'" in statement:
+            hook()
+
+    event.listen(harness.engine, "before_cursor_execute", before)
+    return lambda: event.remove(harness.engine, "before_cursor_execute", before)
+
+
+@pytest.mark.parametrize("n", [1, 3], ids=["single", "batch"])
+def test_a_time_limit_running_out_during_the_finish_does_not_interrupt_it(
+    harness: BatchHarness, n: int
+) -> None:
+    # Given items of a lane with a 1 s time limit, and a finish that is held (as another
+    # connection's write lock would hold it) until the message's time limit is no longer armed:
+    # still armed, Dramatiq's TimeLimit fires within 1 s and raises inside the finishing transaction
+    items = harness.submit(n)
+    manager = time_limit(harness).manager
+    held: list[bool] = []
+
+    def hold() -> None:
+        if not held:
+            held.append(True)
+            me = threading.get_ident()
+            wait_for(lambda: manager.deadlines.get(me) is None, 10, 0.01, "the time limit disarmed or fired")
+
+    remove = on_finish(harness, hold)
+    try:
+        # When the items run and are finished
+        harness.deliver([(i, 0) for i in items])
+    finally:
+        remove()
+    # Then every item committed its success exactly once: the time limit was disarmed before the finish
+    assert held
+    for i in items:
+        row = harness.item(i)
+        assert (row.state, row.result, row.attempt) == ("succeeded", {"item": i}, 1)
+        assert len(harness.events("item_succeeded", i)) == 1
+
+
+@pytest.mark.parametrize("n", [1, 3], ids=["single", "batch"])
+def test_an_interrupt_landing_inside_the_finish_is_finished_then_re_raised(
+    harness: BatchHarness, n: int
+) -> None:
+    # Given items whose finishing transaction is hit by a TimeLimitExceeded (one the time limit's
+    # thread raised just before the finish disarmed it)
+    items = harness.submit(n)
+    raised: list[bool] = []
+    ended = Recorder()
+    harness.broker.add_middleware(ended, before=LeaseMiddleware)  # its after-hook runs after the lease's
+
+    def interrupt() -> None:
+        if not raised:
+            raised.append(True)
+            raise TimeLimitExceeded()
+
+    remove = on_finish(harness, interrupt)
+    try:
+        # When the items run and are finished
+        harness.deliver([(i, 0) for i in items])
+    finally:
+        remove()
+    # Then the finish ran again to its end: every item succeeded once, none is left running;
+    # and the interrupt was raised again to Dramatiq, which ended the message with it
+    assert raised
+    for i in items:
+        row = harness.item(i)
+        assert (row.state, row.result, row.lease_owner) == ("succeeded", {"item": i}, None)
+        assert len(harness.events("item_succeeded", i)) == 1
+    assert [type(e) for e in ended.exceptions] == [TimeLimitExceeded]
+
+
+class Recorder(dramatiq.Middleware):
+    """The exceptions Dramatiq ends messages with (its ``after_process_message`` hook)."""
+
+    def __init__(self) -> None:
+        self.exceptions: list[BaseException] = []
+
+    def after_process_message(
+        self, broker: Any, message: Any, *, result: Any = None, exception: Any = None
+    ) -> None:
+        if exception is not None:
+            self.exceptions.append(exception)
