@@ -10,6 +10,7 @@ from photos.analyze import analyze
 from photos.containment import resolve_inside
 from photos.errors import PhotoError
 from photos.params import ALLOWED_ROOTS_KEY, lane_params
+from photos.rename import taken_now
 from store.intents import photo_facts
 
 DESTINATION_ROOTS = "the photo roots and output roots the job was given"
@@ -72,10 +73,12 @@ def photo_root(ctx: ItemContext, path: Path) -> Path:
 
 def facts_for(ctx: ItemContext, path: Path) -> dict[str, Any]:
     """This job's analysis facts for the photo, or a fresh analysis when the job has none; with
-    ``file_time`` (the file's modification time recorded at submission) when the store has it."""
+    ``file_time`` (the file's modification time recorded at submission) when the store has it and
+    ``taken`` read from the file now (so names agree with an earlier lane's time shift)."""
     facts = photo_facts(ctx.engine, ctx.lease.job_id, ctx.lease.photo_id)
     if facts and facts.get("sha256"):
-        return facts
+        # one clock per photo: the capture time the file has now (after an exif shift), not at analysis
+        return {**facts, "taken": taken_now(path)}
     fresh = analyze(path)
     if facts and facts.get("file_time") is not None:
         fresh["file_time"] = facts["file_time"]
