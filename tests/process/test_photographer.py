@@ -1,0 +1,108 @@
+"""A photographer's job through real workers (issue 21): a time shift and a rename in one job name
+every photo after its shifted time, and an exif-only job leaves a file that does not decode as it was."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from photojobs.api import Client
+from photojobs.config import Settings
+from photos import samples
+from photos.exiftool import ExifTool
+from tests import clock_photos
+from tests.support import Fleet, item_states, items_of, job_done, wait_for
+
+from .test_file_effects import all_files, store_paths_match_disk, temp_files
+
+PATTERN = "{taken:%Y-%m-%d_%H%M%S}_{stem}{ext}"
+
+
+def _finish(client: Client, engine: Engine, lanes: list[str], folder: Path, params: dict[str, str]) -> int:
+    job = client.submit(lanes, [folder], params).job_id
+    wait_for(
+        lambda: job_done(engine, job), 180, what=f"job {job} ({lanes}) to finish: {item_states(engine, job)}"
+    )
+    return job
+
+
+def _original_time(path: Path) -> str:
+    out = ExifTool.shared().execute("-j", "-G1", "-ExifIFD:DateTimeOriginal", os.path.abspath(path))
+    return json.loads(out)[0]["ExifIFD:DateTimeOriginal"]
+
+
+def test_shift_and_rename_in_one_job_name_every_photo_after_its_shifted_time(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given Pentax and Nikon photos taken late in the evening (a +1h shift moves them to the next
+    # day) and in the morning, with XMP and IPTC clocks too
+    folder = tmp_path / "photos"
+    times = {
+        "late pentax": ("pentax", "2004:10:02 23:29:52"),
+        "late nikon": ("nikon", "2004:12:31 23:59:30"),
+        "morning pentax": ("pentax", "2005:06:01 08:00:00"),
+        "morning nikon": ("nikon", "2005:06:01 09:15:07"),
+    }
+    for seed, (stem, (maker, taken)) in enumerate(times.items()):
+        photo = clock_photos.camera_jpeg(folder / f"{stem}.jpg", maker, taken, seed=seed)
+        clock_photos.add_xmp_and_iptc(photo, taken)
+    client = Client(Settings.from_env(env))
+    fleet.start_sweeper()
+    fleet.start_worker(["analysis", "exif", "rename"], threads=2)
+    # When one job analyses them, shifts them by +1h and renames them by capture time
+    params = {"exif.shift": "+1h", "rename.pattern": PATTERN}
+    job = _finish(client, engine, ["analysis", "exif", "rename"], folder, params)
+    assert item_states(engine, job) == {"succeeded": len(items_of(engine, job))}, [
+        (i.lane, i.error) for i in items_of(engine, job)
+    ]
+    # Then every name is the photo's shifted DateTimeOriginal, including across midnight and the year
+    names = {}
+    for path in all_files(folder):
+        taken = datetime.strptime(_original_time(path), "%Y:%m:%d %H:%M:%S")
+        assert path.name.startswith(taken.strftime("%Y-%m-%d_%H%M%S") + "_"), (path.name, taken)
+        names[path.name.split("_", 2)[2]] = path.name.split("_", 2)[0]
+    assert names == {
+        "late pentax.jpg": "2004-10-03",
+        "late nikon.jpg": "2005-01-01",
+        "morning pentax.jpg": "2005-06-01",
+        "morning nikon.jpg": "2005-06-01",
+    }
+    assert temp_files(folder) == []
+    store_paths_match_disk(engine)
+    client.engine.dispose()
+
+
+def test_an_exif_only_job_leaves_a_file_that_does_not_decode_byte_identical(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given a good photo and a JPEG whose structure exiftool accepts but whose Huffman table is
+    # garbage (Pillow cannot decode it)
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    good = folder / "good.jpg"
+    samples._pattern((64, 48)).save(good, "JPEG")
+    data = bytearray(good.read_bytes())
+    dht = data.find(b"\xff\xc4")
+    length = int.from_bytes(data[dht + 2 : dht + 4], "big")
+    data[dht + 5 : dht + 2 + length] = b"\xff" * (length - 3)
+    bad = folder / "corrupt.jpg"
+    bad.write_bytes(bytes(data))
+    sha = hashlib.sha256(bad.read_bytes()).hexdigest()
+    mtime = bad.stat().st_mtime_ns
+    client = Client(Settings.from_env(env))
+    fleet.start_sweeper()
+    fleet.start_worker(["exif"], threads=2)
+    # When a job with only the exif lane writes keywords
+    job = _finish(client, engine, ["exif"], folder, {"exif.keywords": "kw"})
+    # Then the corrupt file fails with a clear error and is byte-identical, the good one is written
+    states = sorted((i.state, i.error or "") for i in items_of(engine, job))
+    assert [s for s, _ in states] == ["failed", "succeeded"], states
+    assert "corrupt.jpg" in states[0][1] and "does not decode" in states[0][1], states
+    assert hashlib.sha256(bad.read_bytes()).hexdigest() == sha and bad.stat().st_mtime_ns == mtime
+    assert temp_files(folder) == []
+    client.engine.dispose()
