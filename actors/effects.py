@@ -159,6 +159,7 @@ class FileEffects:
             assert source is not None
             if staged != source:  # a staged hard link of the photo: it moves, then the old name goes
                 fileops.move_no_clobber(staged, target, sha256, tag=self.tag)
+                failpoints.hit(f"{self.lane}.after_move")  # landed; the old name not yet dropped
                 recovery.drop_moved_source(str(source), str(target), sha256)
             else:
                 fileops.move_no_clobber(source, target, sha256, tag=self.tag)
@@ -183,9 +184,9 @@ class FileEffects:
     def discard(
         self, intent_id: int, kind: str, staged: Path, target: Path, note: str, source: Path | None = None
     ) -> None:
-        """Give up a recorded intent: remove its staged file first (never the photo), then mark it."""
-        if staged != source:
-            staged.unlink(missing_ok=True)
+        """Give up a recorded intent: mark it discarded, then remove its staged file (never the
+        photo). Marked first: a recorded move whose staged link is gone has landed (recovery relies
+        on it); an attempt that dies in between leaves a stray staged file the sweeper removes."""
         row = IntentRow(
             intent_id,
             self.ctx.item_id,
@@ -200,6 +201,8 @@ class FileEffects:
             "recorded",
         )
         self._settle(row, "discarded", note)
+        if staged != source:
+            staged.unlink(missing_ok=True)
 
 
 def result_of(applied: Applied, **extra: Any) -> dict[str, Any]:

@@ -9,10 +9,13 @@ that wakes later finds its source gone and creates nothing; only then does it lo
 - the target holds the base, no staged    -> ``replan`` (discard and redo the work);
 - anything else                           -> ``conflict``: "changed by someone else", nothing touched.
 
-A move whose source name is gone while a file is at its target, which is not the planned result,
-*landed* and the photo was changed there afterwards (an outside edit: ``exiftool -Rating=3``): a
-``conflict`` with ``moved`` set and the content found, so the store follows the photo to the
-target (the intent settles ``applied``) while the item still fails with the conflict.
+A move whose staged link is gone while a file is at its target, which is not the planned result,
+and whose source name is gone (or still holds the base: the attempt died between the move and
+dropping the old name) *landed*, and the photo was changed there afterwards (an outside edit:
+``exiftool -Rating=3``): a ``conflict`` with ``moved`` set and the content found, so the store
+follows the photo to the target (the intent settles ``applied``) while the item still fails with
+the conflict. (Only a landed move takes a recorded move's staged link away without settling it:
+a discarded move is marked before its link is removed.)
 
 Intents recorded before content hashes existed (``base_sha256`` None) trust the staged file.
 """
@@ -148,10 +151,11 @@ def _decide(effect: Effect, claimed: Path | None, *, may_apply: bool, tag: str) 
     if effect.kind == "move":
         # The photo is ``source`` (content ``base``); ``target`` must still be free.
         src_have = content_of(effect.source) if effect.source else None
-        if src_have is None and claimed is None and have is not None:
-            # Source name and staged link both gone, a file at the target: the move landed (the
-            # link became the target, the source name went) and the photo was changed there since.
-            return _moved_then_changed(effect, have)
+        if claimed is None and have is not None and (src_have is None or src_have == base):
+            # The staged link is gone and a file is at the target: the move landed (the link
+            # became the target; the source name went, or still holds the photo as it was moved
+            # when the attempt died before dropping it) and the photo was changed there since.
+            return _moved_then_changed(effect, have, source_left=src_have is not None)
         if src_have is None or (base is not None and src_have != base):
             return Verdict(CONFLICT, changed(effect.source or "?", base, src_have))
         if os.path.lexists(target):
@@ -206,8 +210,12 @@ def _legacy_move(effect: Effect, *, may_apply: bool, tag: str) -> Verdict:
     return Verdict(APPLIED, "applied by recovery", applied_now=True)
 
 
-def _moved_then_changed(effect: Effect, have: str) -> Verdict:
-    """The conflict of a move that landed on ``effect.target``, changed there by someone else."""
+def _moved_then_changed(effect: Effect, have: str, *, source_left: bool = False) -> Verdict:
+    """The conflict of a move that landed on ``effect.target``, changed there by someone else.
+    A source name still there (``source_left``) holds the photo as it was before the change: it is
+    left alone (the only copy of those bytes now), and the note says so."""
     moved = f"after it was moved there from {effect.source}"
+    if source_left:
+        moved += f"; {effect.source} still holds the photo as it was moved and is left as it is"
     note = f"{changed(effect.target, effect.result_sha256, have)} ({moved})"
     return Verdict(CONFLICT, note, moved=True, content=have)

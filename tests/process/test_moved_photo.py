@@ -49,18 +49,20 @@ def edit_outside(photo: Path) -> None:
 
 
 def move_lands_then_worker_dies(
-    lane: str, engine: Engine, env: dict[str, str], fleet: Fleet, folder: Path
+    lane: str, engine: Engine, env: dict[str, str], fleet: Fleet, folder: Path, boundary: str = "after_apply"
 ) -> tuple[Client, int, Path, Path]:
-    """Submit a ``lane`` job for one photo; its worker SIGKILLs itself right after the move landed.
-    Returns the client, the job, the photo's old path and the path it was moved to."""
+    """Submit a ``lane`` job for one photo; its worker SIGKILLs itself right after the move landed
+    (``after_apply``: the old name dropped; ``after_move``: before dropping it). Returns the client,
+    the job, the photo's old path and the path it was moved to."""
     (photo,) = generate_samples(folder, 1, seed=31, size=(320, 240))
     client = Client(Settings.from_env(env))
     job = client.submit([lane], [folder], PARAMS[lane]).job_id
     fleet.start_sweeper()
-    doomed = fleet.start_worker([lane], threads=1, env={"PHOTOJOBS_FAILPOINTS": f"{lane}.after_apply"})
-    wait_for(lambda: doomed.poll() is not None, 90, what=f"the {lane} worker to die after its move")
+    doomed = fleet.start_worker([lane], threads=1, env={"PHOTOJOBS_FAILPOINTS": f"{lane}.{boundary}"})
+    wait_for(lambda: doomed.poll() is not None, 90, what=f"the {lane} worker to die at {boundary}")
     moved = Path(the_intent(engine).target)
-    assert moved.is_file() and not photo.exists(), "the move landed before the worker died"
+    assert moved.is_file(), "the move landed before the worker died"
+    assert photo.exists() == (boundary == "after_move"), "the old name was dropped after the move only"
     assert [p.path for p in photo_rows(engine)] == [str(photo)], "the move was never marked"
     return client, job, photo, moved
 
@@ -93,12 +95,16 @@ def a_later_job_finds_the_same_photo(
     assert row.path == str(moved)
 
 
+@pytest.mark.parametrize("boundary", ["after_apply", "after_move"])
 @pytest.mark.parametrize("lane", ["rename", "archive"])
 def test_move_landed_then_edited_outside_recovery_fails_item_and_photo_row_follows_the_file(
-    lane: str, engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+    lane: str, boundary: str, engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
 ) -> None:
-    # Given a rename/archive whose worker was SIGKILLed right after its move landed
-    client, job, photo, moved = move_lands_then_worker_dies(lane, engine, env, fleet, tmp_path / "photos")
+    # Given a rename/archive whose worker was SIGKILLed right after its move landed (after_move:
+    # before it dropped the photo's old name)
+    folder = tmp_path / "photos"
+    client, job, photo, moved = move_lands_then_worker_dies(lane, engine, env, fleet, folder, boundary)
+    original = photo.read_bytes() if photo.exists() else None
     # And another program edits the moved photo before the item is retried
     edit_outside(moved)
     assert read_metadata(moved)["rating"] == 3
@@ -109,8 +115,13 @@ def test_move_landed_then_edited_outside_recovery_fails_item_and_photo_row_follo
     (item,) = items_of(engine, job)
     assert item.state == "failed", item.error
     assert "changed by someone else" in (item.error or "") and str(moved) in (item.error or "")
-    # … the photo was not touched, and the store follows it there
-    assert read_metadata(moved)["rating"] == 3 and not photo.exists()
+    # … the photo was not touched (an old name left by the dead attempt keeps its bytes, and is
+    # not moved again), and the store follows the photo there
+    assert read_metadata(moved)["rating"] == 3
+    if boundary == "after_move":
+        assert photo.read_bytes() == original and str(photo) in (item.error or "")
+    else:
+        assert not photo.exists()
     photo_id = photo_row_follows_the_file(engine, moved)
     # And a later job on the photo works, on the same photo row
     a_later_job_finds_the_same_photo(client, engine, fleet, moved, photo_id)

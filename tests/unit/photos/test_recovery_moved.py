@@ -52,6 +52,26 @@ def test_move_landed_then_edited_is_a_conflict_naming_the_new_place(tmp_path: Pa
     assert target.read_bytes() == b"EDITED"
 
 
+def test_move_landed_old_name_not_yet_dropped_then_edited_follows_the_target_and_keeps_the_old_name(
+    tmp_path: Path,
+) -> None:
+    # Given a move that landed (staged link -> target) but whose attempt died before dropping the
+    # photo's old name, and another program rewrote the photo at the target afterwards
+    src, staged, target, effect = planned_move(tmp_path)
+    os.rename(staged, target)
+    edited = tmp_path / "b.jpg.new"
+    edited.write_bytes(b"EDITED")
+    os.replace(edited, target)
+    # When recovery runs
+    verdict = settle_on_disk(effect, may_apply=True, tag="i1-t2")
+    # Then it is a conflict saying the photo is at the target, and that the old name is left alone
+    assert (verdict.state, verdict.moved, verdict.content) == (CONFLICT, True, sha(b"EDITED"))
+    assert str(target) in verdict.note and f"{src} still holds the photo as it was moved" in verdict.note
+    # And nothing was touched: the old name keeps the bytes as they were moved, no second move
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jpg", "b.jpg"]
+    assert (src.read_bytes(), target.read_bytes()) == (b"PHOTO", b"EDITED")
+
+
 def test_source_edited_before_the_move_is_a_plain_conflict(tmp_path: Path) -> None:
     # Given a move recorded but not applied, and the photo rewritten at its old name meanwhile
     src, staged, target, effect = planned_move(tmp_path)
