@@ -22,7 +22,7 @@ from dramatiq.errors import ConnectionClosed, DecodeError
 from dramatiq.message import Message
 from dramatiq.middleware import CurrentMessage, TimeLimit
 
-from store.dispatch import Publish, batch_message_id, items_of_message_id, message_groups
+from store.dispatch import Publish, batch_message_id, items_of_message_id, message_groups, stranded_after
 from store.lanes import LaneSpec, all_lanes
 
 from .doorbell import CHANNEL, POLL_FACTOR, Doorbell
@@ -42,10 +42,6 @@ LIVE_WITHIN = 5.0
 # queue only ever holds a foreign message: its consumer polls this many times less often than the
 # lane's own (at 250 ms, the 6 delay-queue consumers of a process were ~1.4 % of a core, idle or busy).
 DELAY_QUEUE_POLL_FACTOR = 4
-# A message in a live worker's ack set that has been queued for longer than this many times its
-# lane's time limit is published again anyway: a prefetched message runs within about one time
-# limit, so it was stranded there (a fetch whose reply was lost, a consumer that crashed holding it).
-STRANDED_AFTER_TIME_LIMITS = 2.0
 log = logging.getLogger("photojobs.broker")
 
 
@@ -245,7 +241,7 @@ class RedisPublisher:
         out: set[str] = set()
         for p in items:
             w = where.get((self.specs[p.lane].queue, p.message_id), NOWHERE)
-            stranded = p.age >= STRANDED_AFTER_TIME_LIMITS * self.specs[p.lane].time_limit
+            stranded = p.age >= stranded_after(self.specs[p.lane])
             if w == WAITING or (w == FETCHED_BY_LIVE and not stranded):
                 out.add(p.message_id)
         return out

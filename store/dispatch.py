@@ -101,7 +101,8 @@ def plan_messages(
       balanced; but a dispatch is spread over at least as many messages as the fleet has threads
       for the lane (or one per item), so a small job still runs on every thread.
     - A retry goes alone: an item that comes back after its worker died (or failed) never rides in
-      a batch again, so a photo that kills its worker costs each batch-mate one attempt at most.
+      a batch again (``first_attempt`` is False for it: a retry, or an item whose batch's worker
+      died, ``ALONE``), so a photo that kills its worker in a batch is charged alone the next time.
     """
     batch = spec.effective_batch
     singles: list[list[R]] = []
@@ -251,8 +252,32 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
     ]
 
 
+# ``items.message_items`` of a pending item whose worker died while it was claimed in a batch
+# message (``store.sweeper.revoke_expired``): its attempt was handed back, and it rides alone next
+# time, so that if it was the one that killed the worker, its next death is charged to it alone.
+ALONE = 0
+
+
 def _plan(rows: Sequence[Any], spec: LaneSpec, max_messages: int) -> list[list[Any]]:
-    return plan_messages(rows, spec, max_messages, lambda r: r.job_id, lambda r: r.attempt == 0)
+    return plan_messages(
+        rows, spec, max_messages, lambda r: r.job_id, lambda r: r.attempt == 0 and r.message_items != ALONE
+    )
+
+
+# A message in a live worker's ack set (prefetched, not yet acknowledged) that has been queued for
+# longer than ``stranded_after`` is published again anyway: it was stranded there (a fetch whose reply
+# was lost, a consumer that crashed holding it).
+STRANDED_AFTER_TIME_LIMITS = 2.0
+
+
+def stranded_after(spec: LaneSpec) -> float:
+    """Seconds after which a queued message of the lane still sitting in a live worker's ack set is
+    judged stranded (``photojobs.broker.RedisPublisher.held``): twice the longest a message may
+    legitimately run — the lane's time limit for each item it may carry (``effective_batch``: a
+    batch message restarts the clock at every item) — since a prefetched message waits behind
+    the messages its worker is running. With the time limit alone, messages prefetched behind
+    batches were declared stranded and published again while their worker was alive."""
+    return STRANDED_AFTER_TIME_LIMITS * spec.time_limit * spec.effective_batch
 
 
 def stale_queued_query(older_than: float, limit: int) -> Select[Any]:

@@ -107,7 +107,9 @@ class Item(Base):
     lease_expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     not_before: Mapped[float] = mapped_column(Float, default=0.0)
     queued_at: Mapped[float | None] = mapped_column(Float, nullable=True)
-    # While queued: the items its message carries (a batch message's size; NULL: one).
+    # While queued: the items its message carries (a batch message's size; NULL: one); kept while
+    # running (> 1: claimed from a batch message). 0 (ALONE, store.dispatch): its worker died while
+    # it was claimed in a batch; not charged, its next message carries it alone.
     message_items: Mapped[int | None] = mapped_column(Integer, nullable=True)
     checkpoint: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)

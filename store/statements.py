@@ -179,7 +179,7 @@ def pending_of_job_sql(dialect: str) -> TextualSelect:
     return (
         text(
             f"""
-        SELECT id, fencing_token, job_id, photo_id, attempt FROM items
+        SELECT id, fencing_token, job_id, photo_id, attempt, message_items FROM items
         WHERE lane = :lane AND state = 'pending' AND job_id = :job_id AND not_before <= {sql_now(dialect)}
         ORDER BY id LIMIT :limit
         """
@@ -191,6 +191,7 @@ def pending_of_job_sql(dialect: str) -> TextualSelect:
             column("job_id", Integer),
             column("photo_id", Integer),
             column("attempt", Integer),
+            column("message_items", Integer),  # 0: its worker died holding it in a batch (goes alone)
         )
     )
 

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from store.lanes import LaneSpec
 
 from .clock import db_now
-from .dispatch import Publish, mark_republished, stale_queued, take_for_dispatch
+from .dispatch import ALONE, Publish, mark_republished, stale_queued, take_for_dispatch
 from .events import assign_cursors, emit
 from .intents import settle_orphans, sweep_stray_staged
 from .items import release_locks, skip_successors, state_for
@@ -63,6 +63,13 @@ def expired_leases(limit: int) -> Select[tuple[int, int]]:
     )
 
 
+def claimed_in_batch(message_items: int | None) -> bool:
+    """Whether a running item was claimed from a batch message (``items.message_items`` > 1, kept
+    from its queueing): while one of its batch ran, the others waited for their turn or for the
+    batch's finish, so a death of its worker is not charged to it (``revoke_expired``)."""
+    return message_items is not None and message_items > 1
+
+
 def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 500) -> tuple[int, int]:
     """Revoke every lease whose expiry (database clock) has passed.
 
@@ -70,6 +77,14 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
     them to its unsettled intent, which keeps them until it is settled) and sends the item back to
     ``pending`` (``paused``/``cancelled`` if its job asks), or to ``failed`` with
     ``quarantined: killed its worker N times`` once its attempts are spent. Returns (revoked, quarantined).
+
+    Crash attribution: a lease ends this way when its worker died, froze or lost the store, and the
+    item is charged for it (the attempt its claim counted stays used) only when it was claimed alone,
+    its body started at once. An item claimed from a batch message (``claimed_in_batch``) may have
+    been waiting for its turn, or for its batch's finish, while a batch-mate killed the process: it
+    gets its attempt back (``lease_expired`` says ``charged: false``) and its next message carries
+    it alone (``store.dispatch.ALONE``), so a photo that kills its worker is charged for its next
+    deaths, alone, and its batch-mates lose nothing.
 
     Lock order job -> item: the candidates are found without locks, their jobs share-locked (in id
     order), then the items locked (``SKIP LOCKED``, id order) and re-checked.
@@ -107,7 +122,9 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
             old_token, owner = item.fencing_token, item.lease_owner
             spec = specs.get(item.lane)
             max_attempts = spec.max_attempts if spec else 1
-            exhausted = item.attempt >= max_attempts
+            charged = not claimed_in_batch(item.message_items)
+            attempt = item.attempt if charged else item.attempt - 1
+            exhausted = charged and item.attempt >= max_attempts
             state = FAILED if exhausted else state_for(controls.get(item.job_id))
             error = f"quarantined: killed its worker {item.attempt} times" if exhausted else item.error
             done = s.execute(
@@ -116,6 +133,8 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
                 .values(
                     state=state,
                     fencing_token=old_token + 1,
+                    attempt=attempt,
+                    message_items=item.message_items if charged else ALONE,
                     lease_owner=None,
                     lease_expires_at=None,
                     error=error,
@@ -133,12 +152,13 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
                 item_id=item.id,
                 photo_id=item.photo_id,
                 lane=item.lane,
-                attempt=item.attempt,
+                attempt=attempt,
                 token=old_token + 1,
                 worker=owner,
                 detail={
                     "old_token": old_token,
                     "state": state,
+                    "charged": charged,
                     **({"locks_held_by_intent": held_by} if held_by is not None else {}),
                 },
             )

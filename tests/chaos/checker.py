@@ -396,6 +396,8 @@ class _Walker:
             self._close_lease(it, e.cursor)
             it.expired.add(it.token)
             it.lease_expiries += 1
+            if detail.get("charged") is False:
+                it.attempt -= 1  # claimed in a batch: its worker's death is not charged to it
             # The store bumps the token by exactly one; carry on from there even if the event says
             # otherwise (reported above), so one wrong event does not cascade into every later one.
             it.token += 1

@@ -59,8 +59,9 @@ def test_held_counts_the_queue_and_live_consumers_not_dead_ones(redis_url: str) 
 def test_a_message_stranded_in_a_live_ack_set_is_given_up_after_twice_the_time_limit(
     redis_url: str,
 ) -> None:
-    # Given a message fetched by a live consumer that never acknowledges it
-    specs = all_lanes({"PHOTOJOBS_LANE_NOOP_TIME_LIMIT": "5"})
+    # Given a message fetched by a live consumer that never acknowledges it, on a lane whose messages
+    # carry one item (a batch lane's threshold is tests/integration/test_stranded_batches.py's)
+    specs = all_lanes({"PHOTOJOBS_LANE_NOOP_TIME_LIMIT": "5", "PHOTOJOBS_LANE_NOOP_BATCH": "1"})
     publisher = RedisPublisher(build_broker(redis_url), specs)
     publisher.publish([Publish(1, 1, "noop")])
     assert len(build_broker(redis_url).do_fetch(specs["noop"].queue, 1)) == 1

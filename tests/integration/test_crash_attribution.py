@@ -1,0 +1,88 @@
+"""Crash attribution (issue 22, 5): a worker's death is charged only to an item claimed alone, whose
+body started at once; the items of a batch message it held lose no attempt and ride alone next time
+(``store.sweeper.revoke_expired``, ``store.dispatch.ALONE``). Real store, both SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from sqlalchemy import Engine, update
+from sqlalchemy.orm import Session
+
+from store import items as store_items
+from store import jobs as store_jobs
+from store.clock import db_now
+from store.dispatch import ALONE, take_for_dispatch
+from store.lanes import lane_spec
+from store.models import Item
+from store.sweeper import revoke_expired
+from tests.support import events_of, item_row, items_of
+
+# One thread in a one-process fleet: a dispatch of a job's first attempts is one batch message.
+NOOP = replace(lane_spec("noop", env={}), max_attempts=2, threads=1, fleet_processes=1, batch=16)
+
+
+def submit(engine: Engine, tmp_path: Path, n: int) -> int:
+    photos = [store_jobs.PhotoInput(str(tmp_path / f"p{i}.jpg"), 1) for i in range(n)]
+    return store_jobs.submit(engine, [NOOP], photos).job_id
+
+
+def expire_all(engine: Engine) -> None:
+    """The worker holding the leases died: they run out (database clock)."""
+    with Session(engine) as s, s.begin():
+        s.execute(update(Item).where(Item.state == "running").values(lease_expires_at=db_now() - 1))
+
+
+def claim_one_batch(engine: Engine, worker: str) -> list[int]:
+    """Dispatch the lane (one batch message) and claim that message's items; their ids."""
+    published = take_for_dispatch(engine, NOOP)
+    assert len({p.group for p in published}) == 1 and published[0].group is not None, published
+    pairs = [(p.item_id, p.token) for p in published]
+    outcomes = store_items.claim_batch(engine, NOOP, pairs, worker, {})
+    assert all(o.lease is not None for o in outcomes)
+    return [i for i, _ in pairs]
+
+
+def test_a_death_in_a_batch_charges_none_of_its_items_and_sends_each_alone_next_time(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # Given a job of four photos claimed together from one batch message, on a lane of 2 attempts
+    submit(engine, tmp_path, 4)
+    items = claim_one_batch(engine, "doomed")
+    # When their worker dies (every lease runs out) and the sweeper revokes them
+    expire_all(engine)
+    assert revoke_expired(engine, {"noop": NOOP}) == (4, 0)
+    # Then none was charged: each is pending again with no attempt used, marked to go alone
+    for i in items:
+        row = item_row(engine, i)
+        assert (row.state, row.attempt, row.message_items) == ("pending", 0, ALONE)
+        assert events_of(engine, "lease_expired", i)[-1].detail["charged"] is False  # type: ignore[index]
+    # And the next dispatch sends each in a message of its own
+    again = take_for_dispatch(engine, NOOP)
+    assert sorted(p.item_id for p in again) == items and {p.group for p in again} == {None}
+    # And when they die again, claimed alone (each body started at once), each death is charged
+    for p in again:
+        assert store_items.claim(engine, NOOP, p.item_id, p.token, "doomed").lease is not None
+    expire_all(engine)
+    assert revoke_expired(engine, {"noop": NOOP}) == (4, 0)
+    for i in items:
+        row = item_row(engine, i)
+        assert (row.state, row.attempt) == ("pending", 1)
+        assert events_of(engine, "lease_expired", i)[-1].detail["charged"] is True  # type: ignore[index]
+
+
+def test_a_death_alone_is_charged_and_quarantines_after_the_attempts(engine: Engine, tmp_path: Path) -> None:
+    # Given one photo, dispatched and claimed alone, on a lane of 2 attempts
+    job = submit(engine, tmp_path, 1)
+    # When its worker dies twice while it runs
+    for _attempt in range(2):
+        [p] = take_for_dispatch(engine, NOOP)
+        assert p.group is None
+        assert store_items.claim(engine, NOOP, p.item_id, p.token, "doomed").lease is not None
+        expire_all(engine)
+        revoke_expired(engine, {"noop": NOOP})
+    # Then each death was charged and it is quarantined
+    [row] = items_of(engine, job)
+    assert (row.state, row.attempt) == ("failed", 2)
+    assert row.error == "quarantined: killed its worker 2 times"
