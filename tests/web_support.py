@@ -1,12 +1,14 @@
-"""Test support for the web API: a real ``photojobs serve`` process and a small SSE reader."""
+"""Test support for the web API: a real ``photojobs serve`` process, an SSE reader, a cuttable TCP proxy."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,3 +124,73 @@ def sse_messages(lines: Iterator[str], comments: list[str] | None = None) -> Ite
             event = value
         elif name == "data":
             data.append(value)
+
+
+class TcpProxy:
+    """A TCP forwarder on a free loopback port to ``target`` (host, port) that a test can cut and
+    restore: ``cut()`` closes the listener and every connection (the far side is unreachable:
+    connections are refused), ``restore()`` listens again on the same port."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = free_port()
+        self._lock = threading.Lock()
+        self._listener: socket.socket | None = None
+        self._conns: list[socket.socket] = []
+
+    def restore(self) -> TcpProxy:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return self
+
+    def cut(self) -> None:
+        with self._lock:
+            listener, self._listener = self._listener, None
+            conns, self._conns = self._conns, []
+        if listener is not None:
+            listener.close()
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                if self._listener is not listener:
+                    client.close()
+                    upstream.close()
+                    return
+                self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass

@@ -3,7 +3,9 @@
 The stream reads the log by cursor (``store.events``), so a client that reconnects with
 ``Last-Event-ID`` (or ``?after=``) gets exactly the events after the last one it saw — none missed,
 none repeated — across reconnects and server restarts. Idle, it sends a comment line every
-``keepalive`` seconds so proxies keep the connection open.
+``keepalive`` seconds so proxies keep the connection open. While the database is out of reach the
+stream stays open: it sends a ``: store unavailable`` comment and retries from the same cursor (with
+a growing pause, at most ``OUTAGE_PAUSE`` seconds), so no event is missed when the database returns.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ from starlette.requests import Request
 
 from store.events import EventRecord, assign_cursors, read_events
 
+from .errors import is_outage
+
 BATCH = 500
+OUTAGE_PAUSE = 2.0
 
 
 class Sequencer:
@@ -70,10 +75,21 @@ async def stream(
             batch = read_events(engine, after=cursor, job_id=job_id, limit=BATCH, sequence=False)
         return batch
 
+    outage_pause = 0.0
     while True:
         if await request.is_disconnected():
             return
-        batch = await run_in_threadpool(read)
+        try:
+            batch = await run_in_threadpool(read)
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            outage_pause = min(OUTAGE_PAUSE, max(poll, outage_pause * 2))
+            yield f": store unavailable ({type(exc).__name__}); retrying after {cursor}\n\n"
+            last_write = time.monotonic()
+            await asyncio.sleep(outage_pause)
+            continue
+        outage_pause = 0.0
         if batch:
             for e in batch:
                 cursor = e.cursor
