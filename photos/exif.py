@@ -9,28 +9,33 @@ for stay as they were. (piexif is not used: it re-serialises the whole EXIF bloc
 EXIF tags stored in IFD0, the Interop IFD and uncompressed thumbnails and cuts unterminated
 ASCII values.)
 
-Where each field goes (what Lightroom, digiKam, Immich, Photos and Windows read):
+Where each field goes (what Lightroom, digiKam, Immich, Photos and Windows read), only where the
+file already speaks: EXIF only into a file that has an EXIF block, IPTC only in JPEG and TIFF, XMP
+always (no EXIF block, no IFD0 resolution, no time zone is ever invented):
 
 ==============  ============================================================================
-keywords        XMP-dc:Subject, IPTC:Keywords, EXIF:XPKeywords
+keywords        added to the file's own (``keywords_remove`` takes out, ``keywords_mode=replace``
+                replaces): XMP-dc:Subject, IPTC:Keywords, EXIF:XPKeywords; a hierarchical
+                ``a|b|c`` also in XMP-lr:HierarchicalSubject (its leaf ``c`` in the flat lists)
 description     XMP-dc:Description, IPTC:Caption-Abstract, EXIF:ImageDescription
 rating          XMP-xmp:Rating, EXIF:Rating (+ EXIF:RatingPercent)
 artist          XMP-dc:Creator, IPTC:By-line, EXIF:Artist
 copyright       XMP-dc:Rights, IPTC:CopyrightNotice, EXIF:Copyright
-shift           EXIF DateTimeOriginal/CreateDate/ModifyDate, their XMP counterparts
-                (exif:DateTimeOriginal/DateTimeDigitized, xmp:CreateDate/ModifyDate,
-                photoshop:DateCreated) and IPTC DateCreated+TimeCreated, each exactly once
+shift           every clock exiftool reads (``-time:all``): EXIF IFD0/ExifIFD/IFD1, XMP, IPTC
+                DateCreated/TimeCreated and DigitalCreationDate/Time, PNG, QuickTime, maker
+                notes (see :func:`clock_args`); not GPS (UTC), ICC or file system times
 ==============  ============================================================================
 
-IPTC is written to JPEG and TIFF (PNG and HEIC have no standard IPTC; XMP is their standard),
-always with ``CodedCharacterSet=UTF8`` (an existing IPTC block in another character set is
-converted, so its other values keep their text). IPTC length limits (keyword 64 bytes, by-line
-32, copyright 128, caption 2000) are honoured by cutting the IPTC copy at a character boundary;
-XMP and EXIF get the whole value. An XMP toolkit stamp is never added or changed.
+IPTC is written with ``CodedCharacterSet=UTF8`` (an existing IPTC block in another character set is
+converted, so its other values keep their text) and its ``IPTCDigest`` renewed where the file has
+one. IPTC length limits (keyword 64 bytes, by-line 32, copyright 128, caption 2000) are honoured by
+cutting the IPTC copy at a character boundary; XMP and EXIF get the whole value. An XMP toolkit
+stamp is never added or changed. WebP is refused (Debian's exiftool 12.57 cannot write RIFF files).
 
-Errors: missing/empty/non-image input -> UnreadableImage; exiftool missing -> NeedsExiftool naming
-the install command; an exiftool error or warning about the file -> PhotoError naming the file
-(the staged output is removed). :func:`read_metadata` reads the fields back through exiftool.
+Errors: missing/empty/non-image input, or an image Pillow cannot decode -> UnreadableImage;
+exiftool missing -> NeedsExiftool naming the install command; an exiftool error or warning about
+the file (reading or writing) -> PhotoError naming the file (the staged output is removed).
+:func:`read_metadata` reads the fields back through exiftool.
 """
 
 from __future__ import annotations
