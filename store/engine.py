@@ -82,13 +82,18 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
         return engine
     # A frozen worker must not hold row locks forever: PostgreSQL ends a transaction left idle
     # for a minute, so the sweeper can revoke the frozen worker's lease.
-    return create_engine(
+    engine = create_engine(
         url,
         pool_size=pool_size,
         max_overflow=10,
         pool_pre_ping=True,
         connect_args={"options": "-c idle_in_transaction_session_timeout=60000"},
     )
+    if os.environ.get("PHOTOJOBS_LOCKDEP"):  # the test suite's lock-order checker (store/lockdep.py)
+        from .lockdep import install
+
+        install(engine, os.environ["PHOTOJOBS_LOCKDEP"])
+    return engine
 
 
 def reader(engine: Engine) -> Engine:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine
 
+from store import lockdep
 from store.engine import make_engine
 from store.schema import upgrade
 from tests.support import Fleet, RedisServer, unavailable
@@ -25,6 +27,46 @@ def _pg_available() -> str | None:
             return None
     except Exception as exc:  # noqa: BLE001
         return str(exc)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def lockdep_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str | None]:
+    """The lock-order checker (store/lockdep.py) for the whole session: every PostgreSQL engine made
+    here or in a worker/sweeper/web process started with this environment records the transactions
+    that lock against the global order. ``PHOTOJOBS_LOCKDEP=off`` turns it off."""
+    if os.environ.get(lockdep.ENV, "").lower() in ("off", "0", "no"):
+        os.environ.pop(lockdep.ENV, None)
+        yield None
+        return
+    folder = os.environ.get(lockdep.ENV) or str(tmp_path_factory.mktemp("lockdep"))
+    os.environ[lockdep.ENV] = folder
+    yield folder
+
+
+class LockOrderWarning(UserWarning):
+    """A lock-order violation that fails no test: ascending id within a table, or a known one
+    (``store.lockdep.KNOWN``)."""
+
+
+@pytest.fixture(autouse=True)
+def lock_order(lockdep_dir: str | None) -> Iterator[None]:
+    """Fail the test (at teardown, after its processes stopped) in which any transaction, in this
+    process or one it started, locked rows against the global table order job -> item -> photo ->
+    intent -> photo-lock rows; other violations (store/lockdep.py) are shown as warnings."""
+    if lockdep_dir is None:
+        yield
+        return
+    lockdep.clear(lockdep_dir)
+    yield
+    found = lockdep.read_violations(lockdep_dir)
+    lockdep.clear(lockdep_dir)
+    failing = [v for v in found if lockdep.failing(v)]
+    for v in [v for v in found if not lockdep.failing(v)][:3]:
+        warnings.warn(LockOrderWarning(lockdep.format_violation(v)), stacklevel=1)
+    if failing:
+        shown = "\n\n".join(lockdep.format_violation(v) for v in failing[:5])
+        more = f"\n\n… and {len(failing) - 5} more" if len(failing) > 5 else ""
+        pytest.fail(f"{len(failing)} lock-order violation(s):\n{shown}{more}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
