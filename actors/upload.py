@@ -11,7 +11,7 @@ from middleware.context import ItemContext
 from photos import fileops
 from photos.upload import LocalTarget, S3Target, object_key, parse_target
 
-from .common import destination_root, facts_for, fallback_time, params, photo_path
+from .common import destination_root, facts_for, fallback_time, params, photo_path, readable_roots
 from .effects import FileEffects, result_of
 from .lane import lane_actor
 
@@ -29,7 +29,8 @@ def upload(ctx: ItemContext) -> dict[str, Any]:
             return result_of(recovered[-1])
     path = photo_path(ctx)
     facts = facts_for(ctx, path)
-    sha = fileops.sha256_file(path)
+    # hashed through a descriptor checked inside the roots: the copy and the S3 checksum verify it
+    sha = fileops.sha256_file(path, roots=readable_roots(ctx) or None)
     facts = {**facts, "sha256": sha}
     key = object_key(opts.get("key"), facts, path, fallback_time(facts, path))
     target = spec.connect()

@@ -21,11 +21,11 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from photos.containment import resolve_inside
+from photos.containment import open_inside, resolve_inside
 from photos.errors import InvalidParameter, OutsideRoot, PhotoError
 
 CHUNK = 1024 * 1024
@@ -40,10 +40,18 @@ _link = os.link
 _NO_LINK_ERRNOS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS}
 
 
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    """Hex SHA-256 of a file, read in 1 MiB chunks."""
+def sha256_file(
+    path: str | os.PathLike[str], *, roots: Sequence[str | os.PathLike[str]] | None = None
+) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB chunks. With ``roots`` (recorded already resolved) the
+    file actually opened must lie inside them (:func:`photos.containment.open_inside`): a hash taken
+    this way ties later work that verifies it (a staged copy, an S3 checksum) to a file inside."""
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
+    if roots is None:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below
+    else:
+        fh = os.fdopen(open_inside(path, roots, resolve_roots=False), "rb")
+    with fh:
         while chunk := fh.read(CHUNK):
             digest.update(chunk)
     return digest.hexdigest()

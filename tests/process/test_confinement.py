@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ import httpx
 import pytest
 
 from photos.samples import generate_samples
-from tests.support import AWS_TEST_ENV, Fleet, MotoServer, make_files, wait_for
+from tests.support import AWS_TEST_ENV, ROOT, Fleet, MotoServer, make_files, wait_for
 from tests.web_support import WebServer
 
 FINAL = {"succeeded", "failed", "partial", "cancelled"}
@@ -284,3 +286,63 @@ def test_a_photo_swapped_for_a_symlink_after_submission_is_refused_by_every_lane
         assert link.is_symlink(), lane
     # And the outside files are byte-identical
     assert {p: sha(p) for p in before} == before
+
+
+def photojobs(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "photojobs", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_cli_with_roots_configured_refuses_an_outside_destination_with_one_line_and_64(
+    env: dict[str, str], photos: Path, out: Path, tmp_path: Path
+) -> None:
+    # Given photos, and an operator environment with photo and output roots
+    generate_samples(photos / "trip", 1, seed=4, size=(64, 48))
+    elsewhere = tmp_path / "elsewhere"
+    confined = {**env, "PHOTOJOBS_PHOTO_ROOTS": str(photos), "PHOTOJOBS_OUTPUT_ROOTS": str(out)}
+    # When the CLI submits an upload or an archive outside them
+    runs = [
+        photojobs(
+            confined, "submit", "--lanes", "upload", "--param", f"upload.target={elsewhere}", str(photos)
+        ),
+        photojobs(
+            confined, "submit", "--lanes", "archive", "--param", f"archive.root={elsewhere}", str(photos)
+        ),
+    ]
+    # Then each exits 64 with one line naming the parameter and the setting, and no job exists
+    for run in runs:
+        assert run.returncode == 64, run.stderr
+        lines = run.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("photojobs: "), run.stderr
+        assert (
+            "outside the photo roots and the output roots" in lines[0]
+            and "PHOTOJOBS_OUTPUT_ROOTS" in lines[0]
+        )
+    assert photojobs(confined, "status").returncode != 0  # no job at all
+    assert not elsewhere.exists()
+    # And inside the output root it is accepted
+    inside = photojobs(
+        confined, "submit", "--lanes", "upload", "--param", f"upload.target={out}/up", str(photos)
+    )
+    assert inside.returncode == 0, inside.stderr
+    # And without roots in its environment the operator's CLI keeps its freedom: anywhere, raw S3
+    # with an endpoint
+    free = photojobs(env, "submit", "--lanes", "upload", "--param", f"upload.target={elsewhere}", str(photos))
+    s3 = photojobs(
+        confined,
+        "submit",
+        "--lanes",
+        "upload",
+        "--param",
+        "upload.target=s3://bucket/p",
+        "--param",
+        "upload.endpoint=http://127.0.0.1:1/",
+        str(photos),
+    )
+    assert free.returncode == 0 and s3.returncode == 0, (free.stderr, s3.stderr)
