@@ -18,7 +18,7 @@ keywords        added to the file's own (``keywords_remove`` takes out, ``keywor
                 replaces): XMP-dc:Subject, IPTC:Keywords, EXIF:XPKeywords; a hierarchical
                 ``a|b|c`` also in XMP-lr:HierarchicalSubject (its leaf ``c`` in the flat lists)
 description     XMP-dc:Description, IPTC:Caption-Abstract, EXIF:ImageDescription
-rating          XMP-xmp:Rating, EXIF:Rating (+ EXIF:RatingPercent)
+rating          XMP-xmp:Rating; EXIF:Rating (+ EXIF:RatingPercent) where the file has one
 artist          XMP-dc:Creator, IPTC:By-line, EXIF:Artist
 copyright       XMP-dc:Rights, IPTC:CopyrightNotice, EXIF:Copyright
 shift           every clock exiftool reads (``-time:all``): EXIF IFD0/ExifIFD/IFD1, XMP, IPTC
@@ -483,7 +483,8 @@ def exiftool_args(
         assign("EXIF:ImageDescription", edit.description)
     if edit.rating is not None:
         args.append(f"-XMP-xmp:Rating={edit.rating}")
-        if has_exif:
+        if _existing(current, "EXIF", "Rating") or _existing(current, "EXIF", "RatingPercent"):
+            # Microsoft's EXIF rating only where the file has one (exiftool -validate: non-standard tag)
             args += [f"-EXIF:Rating={edit.rating}", f"-EXIF:RatingPercent={_RATING_PERCENT[edit.rating]}"]
         xmp_written = True
     if edit.artist is not None:
@@ -580,14 +581,18 @@ def _keyword_writes(
 
 
 #: Clock groups a shift leaves alone: file system times, computed tags, GPS time (UTC from the
-#: satellites, not the camera's clock), and the ICC profile's creation date (not the photo's).
-_UNSHIFTED_GROUPS = ("System", "File", "Composite", "ExifTool", "GPS", "ICC-header", "ICC_Profile")
+#: satellites, not the camera's clock), the ICC profile's creation date (not the photo's) and the
+#: XMP media-management history (a log of past saves, kept in structures exiftool cannot shift).
+_UNSHIFTED_GROUPS = (
+    "System", "File", "Composite", "ExifTool", "GPS", "ICC-header", "ICC_Profile", "XMP-xmpMM"
+)
 #: IPTC dates that are not the photo's clocks (transmission, release, expiry of the record).
 _UNSHIFTED_TAGS = frozenset(
     {"DateSent", "TimeSent", "ReleaseDate", "ReleaseTime", "ExpirationDate", "ExpirationTime", "GPSDateTime",
      "GPSDateStamp", "GPSTimeStamp"}
 )
 _DATE_ONLY = re.compile(r"^\d{4}:\d{2}:\d{2}$")
+_YEAR_OR_MONTH = re.compile(r"^\d{4}(:\d{2})?$")  # XMP dates of reduced precision
 _TIME_ONLY = re.compile(r"^(\d{2}:\d{2}:\d{2})(\.\d+)?([+-]\d{2}:?\d{2}|Z)?$")
 
 
@@ -599,8 +604,9 @@ def clock_args(shift: timedelta, clocks: Mapping[str, Any], path: Path) -> list[
     its zone kept); a date and a time kept apart (IPTC DateCreated/TimeCreated,
     DigitalCreationDate/Time, Pentax Date/Time) are shifted together so the day rolls over, and
     written back with exactly the zone they had (none if none). A lone date moves only by whole
-    days. All-zero dates ("unknown") stay; a date that cannot be shifted raises PhotoError.
-    File system times, GPS (UTC) and ICC profile dates are left alone."""
+    days; a lone time, or a year (and month) alone, stays. All-zero dates ("unknown") stay; a date
+    that cannot be shifted raises PhotoError. File system times, GPS (UTC), ICC profile dates and
+    the XMP editing history (``xmpMM``: a log of past saves) are left alone."""
     sign, amount = _exiftool_shift(shift)
     args: list[str] = []
     tags: dict[str, Any] = {}
@@ -631,20 +637,17 @@ def clock_args(shift: timedelta, clocks: Mapping[str, Any], path: Path) -> list[
     for key, value in tags.items():
         if key in paired:
             continue
-        values = value if isinstance(value, list) else [value]
-        dated = [v for v in values if _has_time(v)]
-        if not dated or any(_partial(v) for v in dated):
-            continue  # a lone date (shifted above when whole days) or a lone time: no day to roll over
-        for v in dated:
-            _check_date(path, key, v, shift)
+        if isinstance(value, list) or not _has_time(value) or _partial(value):
+            continue  # a list (the XMP editing history), a lone date/time: nothing to roll over
+        _check_date(path, key, value, shift)
         args.append(f"-{key}{sign}={amount}")
     return args
 
 
 def _partial(value: Any) -> bool:
-    """A date without a time or a time without a date."""
+    """A date without a time, a time without a date, or only a year (and month)."""
     text = str(value).strip()
-    return bool(_DATE_ONLY.match(text) or _TIME_ONLY.match(text))
+    return bool(_DATE_ONLY.match(text) or _TIME_ONLY.match(text) or _YEAR_OR_MONTH.match(text))
 
 
 def _shift_parts(path: Path, key: str, date: str, time: str, shift: timedelta) -> tuple[str, str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from photos import samples
+from photos import camera_corpus, samples
 from photos.errors import PhotoError, UnreadableImage
 from photos.exif import ExifEdit, write_metadata
 from photos.exiftool import ExifTool
@@ -159,6 +159,45 @@ def test_a_shift_moves_every_clock_and_invents_no_zone(
     assert after == expected, {k: (before.get(k), v) for k, v in after.items()}
     # and no time zone was added (none taken from the worker's machine), the digest is current
     assert _warnings(dst) <= warned, _warnings(dst) - warned
+
+
+def test_a_shift_moves_a_png_clock_and_leaves_partial_dates_and_the_edit_history(tmp_path: Path) -> None:
+    # Given a PNG with a tIME chunk, an XMP date of only a year and an XMP editing history
+    src = tmp_path / "scan.png"
+    samples._pattern((48, 32)).save(src, "PNG")
+    ExifTool.shared().execute(
+        "-overwrite_original",
+        "-PNG:ModifyDate=2004:10:02 23:29:52",
+        "-XMP-photoshop:DateCreated=2004",
+        "-XMP-xmpMM:HistoryAction=saved",
+        "-XMP-xmpMM:HistoryWhen=2004:10:02 23:00:00",
+        os.path.abspath(src),
+    )
+    dst = staged_path(src, "t1")
+    # When it is shifted by +1h
+    write_metadata(src, dst, ExifEdit(shift=timedelta(hours=1)))
+    # Then the PNG clock moved; the year alone and the history of past saves stay as they were
+    assert _tags(dst, "-time:all", "--System:all") == {
+        "PNG:ModifyDate": SHIFTED,
+        "XMP-photoshop:DateCreated": "2004",
+        "XMP-xmpMM:HistoryWhen": "2004:10:02 23:00:00",
+    }
+    assert not {k.split(":")[0] for k in _tags(dst)} & {"IFD0", "ExifIFD"}
+
+
+@pytest.mark.parametrize("name", ["jpeg-everything", "jpeg-kodak", "tiff-everything", "png-everything"])
+def test_a_full_edit_adds_no_validation_warning_to_camera_files(tmp_path: Path, name: str) -> None:
+    # Given camera files with odd layouts (unterminated strings, EXIF tags in IFD0, a MakerNote)
+    src = camera_corpus.make_corpus(tmp_path / "in")[name]
+    dst = staged_path(src, "t1")
+    # When every field is written and the time shifted
+    edit = ExifEdit(
+        keywords=["a", "Places|Ireland|Dublin"], description="d", rating=4, artist="a", copyright="c",
+        shift=timedelta(hours=-2),
+    )
+    write_metadata(src, dst, edit)
+    # Then exiftool -validate finds nothing the file did not already have
+    assert _warnings(dst) <= _warnings(src), _warnings(dst) - _warnings(src)
 
 
 def test_an_unshiftable_maker_note_date_refuses_the_file_untouched(tmp_path: Path) -> None:
