@@ -9,6 +9,7 @@ from middleware import failpoints
 from middleware.context import ItemContext
 from photos import fileops
 from photos.exif import ExifEdit, write_metadata
+from photos.rename import taken_now
 
 from .common import params, photo_path
 from .effects import FileEffects, result_of
@@ -41,4 +42,6 @@ def exif(ctx: ItemContext) -> dict[str, Any]:
     applied = effects.apply_and_mark(
         intent, kind="replace", staged=staged, target=path, source=path, sha256=after
     )
-    return result_of(applied, sha256_before=before, sha256=after, fields=sorted(edit_params))
+    # a shift records the capture time the photo has now (later lanes read the same from the file)
+    moved = {"taken": taken_now(path)} if edit.shift else {}
+    return result_of(applied, sha256_before=before, sha256=after, fields=sorted(edit_params), **moved)

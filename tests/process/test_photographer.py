@@ -60,7 +60,11 @@ def test_shift_and_rename_in_one_job_name_every_photo_after_its_shifted_time(
     assert item_states(engine, job) == {"succeeded": len(items_of(engine, job))}, [
         (i.lane, i.error) for i in items_of(engine, job)
     ]
-    # Then every name is the photo's shifted DateTimeOriginal, including across midnight and the year
+    # Then the exif lane recorded each photo's new capture time
+    assert sorted(i.result["taken"] for i in items_of(engine, job) if i.lane == "exif") == [
+        "2004-10-03T00:29:52", "2005-01-01T00:59:30", "2005-06-01T09:00:00", "2005-06-01T10:15:07"
+    ]
+    # and every name is the photo's shifted DateTimeOriginal, including across midnight and the year
     names = {}
     for path in all_files(folder):
         taken = datetime.strptime(_original_time(path), "%Y:%m:%d %H:%M:%S")

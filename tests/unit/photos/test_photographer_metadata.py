@@ -185,7 +185,11 @@ def test_a_shift_moves_a_png_clock_and_leaves_partial_dates_and_the_edit_history
     assert not {k.split(":")[0] for k in _tags(dst)} & {"IFD0", "ExifIFD"}
 
 
-@pytest.mark.parametrize("name", ["jpeg-everything", "jpeg-kodak", "tiff-everything", "png-everything"])
+@pytest.mark.parametrize(
+    "name",
+    ["jpeg-everything", "jpeg-kodak", "tiff-everything", "png-everything"]
+    + (["heic-everything"] if camera_corpus.heic_available() else []),
+)
 def test_a_full_edit_adds_no_validation_warning_to_camera_files(tmp_path: Path, name: str) -> None:
     # Given camera files with odd layouts (unterminated strings, EXIF tags in IFD0, a MakerNote)
     src = camera_corpus.make_corpus(tmp_path / "in")[name]
