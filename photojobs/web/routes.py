@@ -265,10 +265,10 @@ def items(
     """A job's items in id order: ``{"items": [...], "next": CURSOR | null}``."""
     _check_state(state)
     _known_range(job_id)
-    if after is not None and after >= MAX_ROW_ID:
-        _cfg(request).client.status(job_id)  # 404 for an unknown job, as without the cursor
-        return {"items": [], "next": None}  # no item id is above it
     try:
+        if after is not None and after >= MAX_ROW_ID:
+            _cfg(request).client.status(job_id)  # 404 for an unknown job, as without the cursor
+            return {"items": [], "next": None}  # no item id is above it
         rows, nxt = _cfg(request).client.items(job_id, state=state, lane=lane, limit=limit, after=after)
     except UnknownJob as exc:
         raise _unknown(exc) from None
