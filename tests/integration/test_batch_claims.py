@@ -175,8 +175,13 @@ def test_two_batch_finishes_with_crossed_photo_orders_commit_without_a_deadlock(
 
 
 def backend_waits_for_a_lock(engine: Engine, deadline: float = 5.0) -> bool:
-    """PostgreSQL: poll (with a deadline) until some backend waits for a row or transaction lock."""
-    probe = select(func.count()).select_from(text("pg_stat_activity")).where(text("wait_event_type = 'Lock'"))
+    """PostgreSQL: poll (with a deadline) until some backend of this test's own database (not another
+    test's, on the same server) waits for a row or transaction lock."""
+    probe = (
+        select(func.count())
+        .select_from(text("pg_stat_activity"))
+        .where(text("wait_event_type = 'Lock' AND datname = current_database()"))
+    )
     end = time.monotonic() + deadline
     with engine.connect() as conn:
         while time.monotonic() < end:

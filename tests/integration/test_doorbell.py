@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import dramatiq
 import redis
@@ -43,6 +44,27 @@ def _noop_worker(redis_url: str) -> tuple[dramatiq.Broker, dramatiq.Worker, thre
     return broker, worker, ran
 
 
+LONG_WAIT_S = 5.0  # a bell wait at least this long is the backed-off consumer's long wait
+
+
+def _long_wait_entered(consumer: Any) -> threading.Event:
+    """An event set when ``consumer`` (the product's doorbell consumer) next calls its bell's
+    ``wait`` with a timeout of ``LONG_WAIT_S`` or more: it has polled Redis, found nothing and
+    begins its backed-off wait (a ring before the wait itself starts still wakes it: the bell is
+    an ``Event``)."""
+    entered = threading.Event()
+    bell = consumer._bell
+    original = bell.wait
+
+    def wait(timeout: float | None = None) -> bool:
+        if timeout is None or timeout >= LONG_WAIT_S:
+            entered.set()
+        return bool(original(timeout))
+
+    bell.wait = wait
+    return entered
+
+
 def _stop(worker: dramatiq.Worker, broker: dramatiq.Broker) -> None:
     """Stop the worker without waiting out its consumer's minute-long wait: mark its consumer
     threads stopped, then ring every bell so they see it now."""
@@ -62,10 +84,12 @@ def test_a_published_message_wakes_a_consumer_that_backed_off_to_a_minute(redis_
     try:
         assert _wait(lambda: queue in worker.consumers and worker.consumers[queue].consumer, 10)
         consumer = worker.consumers[queue].consumer
+        entered = _long_wait_entered(consumer)
         consumer.misses = 30  # type: ignore[union-attr]  # the next idle wait is the longest
         assert _wait(lambda: broker.doorbell.listening, 10), "the doorbell never subscribed"
         rings = broker.doorbell.rings
-        time.sleep(0.3)  # let the consumer enter its long wait (this is the condition under test)
+        # (the condition under test: the consumer has entered its long wait)
+        assert entered.wait(10), "the consumer never entered its long wait"
         # When an item is published through the product's publisher
         RedisPublisher(build_broker(redis_url), specs).publish([Publish(1, 1, "noop")])
         # Then the doorbell rang and the consumer fetched and ran it well before its next poll
@@ -149,8 +173,11 @@ def test_a_doorbell_whose_subscription_is_killed_subscribes_again_and_rings_agai
         # Then it subscribes again on its own
         assert _wait(lambda: bell.subscriptions >= 2 and bell.listening, 10), "the doorbell did not come back"
         # And a message published afterwards still wakes the consumer backed off to a minute
-        worker.consumers[queue].consumer.misses = 30  # type: ignore[union-attr]
-        time.sleep(0.3)  # let the consumer enter its long wait (this is the condition under test)
+        consumer = worker.consumers[queue].consumer
+        entered = _long_wait_entered(consumer)
+        consumer.misses = 30  # type: ignore[union-attr]
+        # (the condition under test: the consumer has entered its long wait)
+        assert entered.wait(10), "the consumer never entered its long wait"
         RedisPublisher(build_broker(redis_url), specs).publish([Publish(1, 1, "noop")])
         assert _wait(ran.is_set, 10), "after the reconnection the message waited for the next poll"
     finally:

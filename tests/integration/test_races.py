@@ -222,9 +222,88 @@ def test_revocation_between_fenced_writes_and_commit_rolls_everything_back(
         engine.dispose()
 
 
+def _waits_for_a_lock(engine: Engine, pid: int) -> bool:
+    """PostgreSQL: whether backend ``pid`` of this test's database waits for a lock right now."""
+    with engine.connect() as c:
+        return bool(
+            c.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = :pid "
+                    "AND datname = current_database() AND wait_event_type = 'Lock'"
+                ),
+                {"pid": pid},
+            ).scalar_one()
+        )
+
+
+class CancelWaitsForTheOthers:
+    """The forced interleaving of one round: the finish thread stops after its first item's
+    compare-and-set and the sweeper thread after locking its expired items (each mid-transaction,
+    holding the job's share lock and item rows); the cancel thread starts once both hold, and they
+    go on only when the cancel's backend waits for a lock (the job's row). Statement hooks on the
+    engine, by thread role."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.roles: dict[int, str] = {}
+        self.holding = {"finish": threading.Event(), "sweep": threading.Event()}
+        self.cancel_pid: list[int] = []
+        self.cancel_waited = threading.Event()
+
+    def __enter__(self) -> CancelWaitsForTheOthers:
+        event.listen(self.engine, "before_cursor_execute", self.before)
+        event.listen(self.engine, "after_cursor_execute", self.after)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        event.remove(self.engine, "before_cursor_execute", self.before)
+        event.remove(self.engine, "after_cursor_execute", self.after)
+
+    def role(self, role: str) -> None:
+        self.roles[threading.get_ident()] = role
+
+    def cancel_may_start(self) -> None:
+        for held in self.holding.values():
+            assert held.wait(60), "the finish and the sweeper never got mid-transaction"
+
+    def before(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if self.roles.get(threading.get_ident()) == "cancel" and not self.cancel_pid:
+            self.cancel_pid.append(conn.connection.dbapi_connection.info.backend_pid)
+
+    def after(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        role = self.roles.get(threading.get_ident())
+        if role == "sweep" and "SKIP LOCKED" in statement and not self.holding["sweep"].is_set():
+            self.hold("sweep")
+        elif role == "finish" and "state = 'succeeded'" in statement and not self.holding["finish"].is_set():
+            self.hold("finish")
+
+    def hold(self, role: str) -> None:
+        self.holding[role].set()
+        wait_for(self.cancel_waits, 30, 0.01, "the cancel to wait for the job's row")
+        self.cancel_waited.set()
+
+    def cancel_waits(self) -> bool:
+        """Whether the cancel's backend (of this test's database) waits for a lock right now."""
+        if not self.cancel_pid:
+            return False
+        with self.engine.connect() as c:
+            return bool(
+                c.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE pid = :pid "
+                        "AND datname = current_database() AND wait_event_type = 'Lock'"
+                    ),
+                    {"pid": self.cancel_pid[0]},
+                ).scalar_one()
+            )
+
+
 def test_cancel_racing_finish_and_sweeper_never_deadlocks(pg_url: str, tmp_path: Path) -> None:
     """PostgreSQL: ``cancel`` (job -> items) against finishing items that release a bundle and the
-    sweeper's revoke/quarantine path, started together by a barrier, round after round."""
+    sweeper's revoke/quarantine path, round after round, in a forced interleaving
+    (``CancelWaitsForTheOthers``): the cancel waits for the job's row while the finish and the
+    sweeper are mid-transaction and go on — the moment a path that locks a job after its items, or
+    items out of order, would deadlock."""
     engine = make_engine(pg_url, pool_size=12)
     bundle_lane = replace(lane_spec("archive", env={}), lock="")
     second = replace(lane_spec("upload", env={}), lock="")
@@ -245,11 +324,13 @@ def test_cancel_racing_finish_and_sweeper_never_deadlocks(pg_url: str, tmp_path:
                 leases.append((k, lease))
             with Session(engine) as s, s.begin():
                 s.execute(update(Item).where(Item.id.in_(ids[:22])).values(attempt=2))
-            barrier = threading.Barrier(3, timeout=60)
+            forced = CancelWaitsForTheOthers(engine)
 
-            def run(fn: Any, barrier: threading.Barrier = barrier) -> None:
+            def run(fn: Any, role: str, forced: CancelWaitsForTheOthers = forced) -> None:
+                forced.role(role)
                 try:
-                    barrier.wait()
+                    if role == "cancel":
+                        forced.cancel_may_start()
                     fn()
                 except BaseException as exc:  # noqa: BLE001 - collected for the assertion
                     errors.append(exc)
@@ -269,14 +350,20 @@ def test_cancel_racing_finish_and_sweeper_never_deadlocks(pg_url: str, tmp_path:
             def cancel(job: int = job) -> None:
                 store_jobs.cancel(engine, job)
 
-            # When cancel, the finishing items and the sweeper run at the same instant
-            threads = [threading.Thread(target=run, args=(f,)) for f in (finish, sweep, cancel)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(180)
-            # Then nobody deadlocked (PostgreSQL would abort one with DeadlockDetected)
+            # When cancel, the finishing items and the sweeper run in that interleaving
+            with forced:
+                threads = [
+                    threading.Thread(target=run, args=(f, r))
+                    for f, r in ((finish, "finish"), (sweep, "sweep"), (cancel, "cancel"))
+                ]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(180)
+            # Then the interleaving happened and nobody deadlocked (PostgreSQL would abort one
+            # with DeadlockDetected)
             assert not errors, [f"{type(e).__name__}: {e}" for e in errors]
+            assert forced.cancel_waited.is_set(), "the interleaving was not forced"
             status = store_jobs.job_status(engine, job)
             assert status.control == "cancel"
     finally:
@@ -362,6 +449,7 @@ def test_a_claim_that_waited_for_its_item_row_sees_a_rename_committed_meanwhile(
 
         waiting = text(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND datname = current_database()"  # this test's own database, not another test's
             " AND position('UPDATE items SET state' in query) > 0"
         )
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import time
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
@@ -123,17 +122,15 @@ def test_jpeg_quality_and_size_are_realistic(generated: tuple[list[Path], list[d
     assert 10_000 < paths[0].stat().st_size < 200_000
 
 
-def test_two_hundred_full_size_photos_are_quick(tmp_path: Path) -> None:
+def test_the_demos_two_hundred_photos_are_all_generated_at_full_size(tmp_path: Path) -> None:
     # Given the demo's workload: 200 photos at 1600x1200
-    start = time.monotonic()
     # When generated
     paths = samples.generate_samples(tmp_path, 200)
-    elapsed = time.monotonic() - start
-    # Then they are all there, at full size, within a generous bound (a few seconds normally)
-    assert len(paths) == 200
+    # Then they are all there, distinct files, at full size (how long it takes is not asserted: no
+    # timing assertions in tests)
+    assert len(paths) == 200 and len(set(paths)) == 200 and all(p.is_file() for p in paths)
     with Image.open(paths[-1]) as img:
         assert img.size == (1600, 1200)
-    assert elapsed < 30
 
 
 @pytest.mark.parametrize("maker, fmt", [("png", "PNG"), ("tiff", "TIFF"), ("heic", "HEIF")])
