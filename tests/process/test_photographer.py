@@ -81,6 +81,26 @@ def test_shift_and_rename_in_one_job_name_every_photo_after_its_shifted_time(
     client.engine.dispose()
 
 
+def test_shift_and_archive_in_one_job_file_the_photo_under_its_shifted_day(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given a Nikon photo taken on New Year's Eve, half a minute before midnight
+    folder = tmp_path / "photos"
+    photo = clock_photos.camera_jpeg(folder / "party.jpg", "nikon", "2004:12:31 23:59:30")
+    clock_photos.add_xmp_and_iptc(photo, "2004:12:31 23:59:30")
+    client = Client(Settings.from_env(env))
+    fleet.start_sweeper()
+    fleet.start_worker(["analysis", "exif", "archive"], threads=2)
+    # When one job analyses it, shifts it by +1m and archives it into dated folders
+    job = _finish(client, engine, ["analysis", "exif", "archive"], folder, {"exif.shift": "+1m"})
+    assert item_states(engine, job) == {"succeeded": 3}, [(i.lane, i.error) for i in items_of(engine, job)]
+    # Then it is filed under the new year's day its DateTimeOriginal now says
+    (archived,) = all_files(tmp_path / "photos-archive")
+    assert _original_time(archived) == "2005:01:01 00:00:30"
+    assert archived.relative_to(tmp_path / "photos-archive").as_posix() == "2005/2005-01-01/party.jpg"
+    client.engine.dispose()
+
+
 def test_an_exif_only_job_leaves_a_file_that_does_not_decode_byte_identical(
     engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
 ) -> None:
