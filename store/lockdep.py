@@ -265,24 +265,28 @@ def _savepoint(tx: _Tx, statement: str) -> bool:
 
 
 # Violations found in the store when the checker came (issue 22), each to be fixed by the owner of
-# its code and then removed here: (file, function) of the innermost store frame -> why it is known.
+# its code and then removed here: (file, function) of a store frame on the stack -> why it is known.
 # A known violation is recorded (the suite shows it as a warning) but fails no test.
 KNOWN: dict[tuple[str, str], str] = {
     ("store/fencing.py", "_check_fence"): "a fenced session's writes (the analysis item's photo hash: "
     "UPDATE photos) come before the fence's item lock at commit: photos -> items",
-    ("store/items.py", "advance_pipeline"): "a middle-lane succeed releases its photo-lock rows, then "
-    "makes the next lane's items ready: photo_locks -> items",
+    ("store/items.py", "advance_pipeline"): "a middle-lane succeed writes its photo (hash) and releases "
+    "its photo-lock rows, then makes the next lane's items ready or releases a bundle item: "
+    "photos, photo_locks -> items",
     ("store/items.py", "skip_successors"): "a failing item (fail, or the sweeper's quarantine) releases "
     "its photo-lock rows, then skips its successors: photo_locks -> items",
 }
 
 
 def _known(frames: list[traceback.FrameSummary]) -> str | None:
-    """Why this violation is a known one (innermost store frame in ``KNOWN``), else None."""
+    """Why this violation is a known one (a store frame of its stack in ``KNOWN``, innermost
+    first: ``release_bundle`` called by ``advance_pipeline`` is that one's), else None."""
     for f in reversed(frames):
         path = f.filename.replace(os.sep, "/")
         if "/store/" in path:
-            return KNOWN.get(("store/" + path.rsplit("/store/", 1)[1], f.name))
+            why = KNOWN.get(("store/" + path.rsplit("/store/", 1)[1], f.name))
+            if why is not None:
+                return why
     return None
 
 

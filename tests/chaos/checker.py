@@ -48,7 +48,9 @@ SUCCEEDED, FAILED, CANCELLED, SKIPPED = "succeeded", "failed", "cancelled", "ski
 TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, SKIPPED})
 SETTLED_JOB_STATES = frozenset({"succeeded", "failed", "partial", "cancelled", "paused"})
 
-JOB_EVENTS = frozenset({"job_submitted", "job_cancel_requested", "job_pause_requested", "job_resumed"})
+JOB_EVENTS = frozenset(
+    {"job_submitted", "job_cancel_requested", "job_pause_requested", "job_resumed", "job_retried"}
+)
 ITEM_EVENTS = frozenset(
     {
         "item_created",
@@ -66,6 +68,7 @@ ITEM_EVENTS = frozenset(
         "item_ready",
         "item_skipped",
         "item_claim_failed",
+        "item_retried",
         "lease_expired",
         "stale_commit_rejected",
     }
@@ -251,6 +254,8 @@ class _Walker:
             if job.control == "cancel":
                 self.out.append(f"job {e.job} at cursor {e.cursor}: {e.type} after the job was cancelled")
             job.control = "pause" if e.type == "job_pause_requested" else None
+        elif e.type == "job_retried" and job.control == "cancel":
+            job.control = None  # a retry lifts the cancel request (a pause stays)
 
     def item_event(self, e: EventRecord) -> None:
         assert e.item is not None
@@ -354,6 +359,15 @@ class _Walker:
                 else:  # the next lane became ready into the job's control (advance_pipeline)
                     self._control_is(it, e, control, f"made ready as {to}")
                 it.state = to
+        elif t == "item_retried":
+            # store.retry: a failed/cancelled/skipped item back to work with fresh attempts, same token
+            to = detail.get("state")
+            self._need(it, e, st in (FAILED, CANCELLED, SKIPPED), tok == it.token)
+            if to not in (PENDING, WAITING, PAUSED):
+                self.bad(it, e, f"retried into state {to!r}")
+            if it.job is not None:
+                self.jobs[it.job].expect = "job_retried"
+            it.state, it.attempt = to or "?", 0
         elif t == "item_resumed":
             self._need(it, e, st == PAUSED, tok == it.token)
             if it.job is not None:
@@ -499,12 +513,17 @@ def check_history(
     lock_modes: Mapping[str, str] | None = None,
     max_attempts: int | None = None,
     require_settled: bool = True,
+    pruned: set[int] | None = None,
 ) -> Analysis:
-    """Check a complete event history (cursor order) against the store's final snapshot."""
+    """Check a complete event history (cursor order) against the store's final snapshot.
+
+    ``pruned``: jobs the run pruned (not in the snapshot): each of their items must have ended in
+    the history; cursors may then have gaps (events pruned before any reader saw them)."""
     jobs = sorted(set(job_ids))
     walker = _Walker(lock_modes if lock_modes is not None else default_lock_modes(), max_attempts)
     analysis = Analysis(events=len(events))
-    analysis.violations.extend(check_cursors(events))
+    if pruned is None:
+        analysis.violations.extend(check_cursors(events))
     for e in events:
         analysis.counts[e.type] += 1
         if e.type == "item_claimed" and (e.detail or {}).get("batch"):
@@ -528,6 +547,12 @@ def check_history(
             walker.out.append(f"job {job_id}: the log ends before {job.expect} closed its batch")
     walker.check_locks()
     out = walker.out
+    for it in walker.items.values():
+        if pruned and it.job in pruned and it.state not in TERMINAL:
+            out.append(
+                f"item {it.id} (job {it.job}): its job was pruned while the item was {it.state!r}; "
+                f"history: {' '.join(it.history[-12:])}"
+            )
 
     # The log against the store.
     for job_id in jobs:
@@ -586,8 +611,11 @@ def check_history(
 # -- reading a real store ------------------------------------------------------------
 
 
-def read_all_events(engine: Engine, *, batch: int = 500) -> tuple[list[EventRecord], list[str]]:
-    """Every event, following cursors batch by batch, and the cursor violations seen on the way."""
+def read_all_events(
+    engine: Engine, *, batch: int = 500, pruned: bool = False
+) -> tuple[list[EventRecord], list[str]]:
+    """Every event, following cursors batch by batch, and the cursor violations seen on the way
+    (none when the run pruned: deleted events leave gaps, judged against the live reader instead)."""
     events: list[EventRecord] = []
     violations: list[str] = []
     cursor = 0
@@ -595,14 +623,15 @@ def read_all_events(engine: Engine, *, batch: int = 500) -> tuple[list[EventReco
         got = read_events(engine, after=cursor, limit=batch)
         if not got:
             break
-        violations.extend(check_cursors(got, after=cursor))
+        if not pruned:
+            violations.extend(check_cursors(got, after=cursor))
         events.extend(got)
         cursor = max(cursor, got[-1].cursor)
     with Session(engine) as s:
         numbered = s.execute(
             select(func.count()).select_from(Event).where(Event.seq.is_not(None), Event.seq <= cursor)
         ).scalar_one()
-    if numbered != cursor:
+    if numbered != cursor and not pruned:
         violations.append(f"events table holds {numbered} numbered events up to cursor {cursor}")
     return events, violations
 
@@ -638,10 +667,20 @@ def analyse(
     max_attempts: int | None = None,
     require_settled: bool = True,
     batch: int = 500,
+    pruned: Iterable[int] | None = None,
+    seen: Sequence[EventRecord] = (),
 ) -> Analysis:
-    jobs = sorted(set(job_ids))
+    """Check the store's log and snapshot. A run that pruned passes ``pruned`` (the jobs it saw go)
+    and ``seen`` (what a live reader saw): the history is the live reader's events with the final
+    read on top, the pruned jobs are checked from it (every item had ended) and not in the store."""
+    gone = set(pruned) if pruned is not None else None
+    jobs = sorted(set(job_ids) - (gone or set()))
     snapshot = read_snapshot(engine, jobs)
-    events, cursor_violations = read_all_events(engine, batch=batch)
+    events, cursor_violations = read_all_events(engine, batch=batch, pruned=gone is not None)
+    if gone is not None:
+        merged = {e.cursor: e for e in seen}
+        merged.update({e.cursor: e for e in events})
+        events = [merged[c] for c in sorted(merged)]
     analysis = check_history(
         events,
         snapshot,
@@ -649,6 +688,7 @@ def analyse(
         lock_modes=lock_modes,
         max_attempts=max_attempts,
         require_settled=require_settled,
+        pruned=gone,
     )
     analysis.violations[:0] = cursor_violations
     analysis.records = events

@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from photojobs.api import Client
 from photojobs.config import Settings
 from store.engine import make_engine
+from store.errors import NotApplicable, UnknownJob
 from store.events import EventRecord, read_events
 from store.models import Item, Job
 from tests.chaos.checker import SETTLED_JOB_STATES, check_cursors
@@ -61,6 +62,8 @@ class ChaosJob:
     cancelled: bool = False
     pauses: int = 0
     resumes: int = 0
+    retries: int = 0
+    pruned: bool = False  # gone from the store (a prune took it once it had finished)
 
 
 @dataclass
@@ -85,6 +88,7 @@ class EventTail(threading.Thread):
         self.rng = random.Random(seed ^ 0x7A11)
         self.seen: list[EventRecord] = []
         self.violations: list[str] = []
+        self.skipped: set[int] = set()  # cursors the reader never got (pruned before it read them?)
         self.errors = 0
         self._halt = threading.Event()
 
@@ -97,7 +101,12 @@ class EventTail(threading.Thread):
             except Exception:  # noqa: BLE001 - a store blip (a frozen lock holder) is retried
                 self.errors += 1
                 continue
-            self.violations.extend(f"live reader: {v}" for v in check_cursors(got, after=cursor))
+            expected = cursor + 1
+            for e in got:
+                self.skipped.update(range(expected, e.cursor))
+                expected = max(expected, e.cursor + 1)
+            steps = [v for v in check_cursors(got, after=cursor) if not v.startswith("cursor gap")]
+            self.violations.extend(f"live reader: {v}" for v in steps)
             self.seen.extend(got)
             if got:
                 cursor = got[-1].cursor
@@ -107,12 +116,24 @@ class EventTail(threading.Thread):
         self.join(timeout=30)
         self.engine.dispose()
 
-    def compare(self, final: list[EventRecord]) -> list[str]:
+    def compare(
+        self, final: list[EventRecord], pruned: set[int] | None = None, cutoff: float | None = None
+    ) -> list[str]:
+        """What the reader saw against the final read. A run that pruned passes the jobs it pruned
+        and its latest prune's cutoff: an event the final read lacks may have been pruned (its job
+        was, or it is older than the cutoff); a cursor the reader never got may have been pruned
+        before it read that far, if the final read lacks it too."""
         out = list(self.violations)
         by_cursor = {e.cursor: e for e in final}
+        for c in sorted(self.skipped):
+            if c in by_cursor or pruned is None:
+                out.append(f"live reader: cursor gap: it never got cursor {c} ({by_cursor.get(c)})")
         for e in self.seen:
             f = by_cursor.get(e.cursor)
             key = (e.type, e.item, e.token, e.worker, e.job)
+            old = cutoff is not None and e.at < cutoff
+            if f is None and pruned is not None and (e.job in pruned or old):
+                continue  # pruned
             if f is None or (f.type, f.item, f.token, f.worker, f.job) != key:
                 out.append(f"live reader saw {key} at cursor {e.cursor}, the final read has {f}")
         return out
@@ -141,6 +162,8 @@ class ChaosRun:
     pool: list[Path] = field(default_factory=list)
     tail: EventTail | None = None
     t0: float = 0.0
+    prunes: int = 0  # prunes that ran (with or without a job to take)
+    cutoff: float | None = None  # the latest prune's cutoff (database clock)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -222,19 +245,85 @@ class ChaosRun:
         self.note(f"submit job {job_id} role={role} items={size} sleep={sleep}")
         return job
 
+    def pruned_jobs(self) -> set[int]:
+        return {j.id for j in self.jobs if j.pruned}
+
+    def live_jobs(self) -> list[ChaosJob]:
+        return [j for j in self.jobs if not j.pruned]
+
+    def _gone(self, job: ChaosJob, what: str) -> None:
+        """``what`` found no job: a prune took it (it had finished); the run checks it from the log."""
+        job.pruned = True
+        self.actions[f"{what}_of_pruned_job"] += 1
+        self.note(f"{what} job {job.id}: pruned meanwhile")
+
+    def retry(self, job: ChaosJob, why: str) -> None:
+        """Retry the job (a cancelled one, whose cancelled items go back to work): it must then
+        succeed. A job still stopping, or with nothing to retry, refuses; a pruned one is unknown."""
+        try:
+            n = self.client.retry(job.id)
+        except UnknownJob:
+            self._gone(job, "retry")
+            return
+        except NotApplicable as exc:
+            self.actions["retry_refused"] += 1
+            self.note(f"retry job {job.id} ({why}) refused: {exc}")
+            return
+        job.retries += 1
+        job.cancelled = False
+        job.role = PLAIN
+        self.actions["retry"] += 1
+        self.note(f"retry job {job.id} ({why}): {n} item(s) back to work")
+
+    def prune(self, older_than: float) -> None:
+        """Prune what finished more than ``older_than`` seconds ago while the fleet works on."""
+        result = self.client.prune(older_than)
+        self.prunes += 1
+        self.cutoff = result.cutoff
+        self.actions["prune"] += 1
+        self.actions["pruned_jobs"] += result.jobs
+        with Session(self.engine) as s:
+            present = set(s.execute(select(Job.id)).scalars())
+        for job in self.jobs:
+            if not job.pruned and job.id not in present:
+                job.pruned = True
+        self.note(
+            f"prune older than {older_than:.1f}s: {result.jobs} job(s), {result.items} item(s), "
+            f"{result.events} event(s)"
+        )
+
     def pause(self, job: ChaosJob, why: str) -> None:
+        try:
+            self._pause(job, why)
+        except UnknownJob:
+            self._gone(job, "pause")
+
+    def resume(self, job: ChaosJob, why: str) -> None:
+        try:
+            self._resume(job, why)
+        except UnknownJob:
+            self._gone(job, "resume")
+
+    def cancel(self, job: ChaosJob, why: str) -> None:
+        try:
+            self._cancel(job, why)
+        except UnknownJob:
+            self._gone(job, "cancel")
+            job.cancelled = True  # as wanted: the job had ended before it
+
+    def _pause(self, job: ChaosJob, why: str) -> None:
         n = self.client.pause(job.id)
         job.pauses += 1
         self.actions["pause"] += 1
         self.note(f"pause job {job.id} ({why}): {n} item(s) paused now")
 
-    def resume(self, job: ChaosJob, why: str) -> None:
+    def _resume(self, job: ChaosJob, why: str) -> None:
         n = self.client.resume(job.id)
         job.resumes += 1
         self.actions["resume"] += 1
         self.note(f"resume job {job.id} ({why}): {n} item(s) resumed")
 
-    def cancel(self, job: ChaosJob, why: str) -> None:
+    def _cancel(self, job: ChaosJob, why: str) -> None:
         n = self.client.cancel(job.id)
         job.cancelled = True
         self.actions["cancel"] += 1
@@ -300,19 +389,33 @@ class ChaosRun:
         self.actions["sweeper"] += 1
 
     def act_pause(self) -> None:
-        pool = self.recent([j for j in self.jobs if not j.cancelled and j.role != LEAVE_PAUSED])
+        pool = self.recent([j for j in self.live_jobs() if not j.cancelled and j.role != LEAVE_PAUSED])
         if pool:
             self.pause(pool[self.rng.randrange(len(pool))], "random")
 
     def act_resume(self) -> None:
-        pool = [j for j in self.jobs if not j.cancelled and j.role != LEAVE_PAUSED and j.pauses > j.resumes]
+        pool = [
+            j for j in self.live_jobs() if not j.cancelled and j.role != LEAVE_PAUSED and j.pauses > j.resumes
+        ]
         if pool:
             self.resume(pool[self.rng.randrange(len(pool))], "random")
 
     def act_cancel(self) -> None:
-        pool = self.recent([j for j in self.jobs if not j.cancelled and j.role in (PLAIN, PAUSE_RESUME)])
+        pool = self.recent(
+            [j for j in self.live_jobs() if not j.cancelled and j.role in (PLAIN, PAUSE_RESUME)]
+        )
         if pool and sum(j.cancelled for j in self.jobs) < len(self.jobs) / 3:
             self.cancel(pool[self.rng.randrange(len(pool))], "random")
+
+    def act_retry(self) -> None:
+        pool = self.recent([j for j in self.jobs if j.cancelled and not j.pruned])
+        if pool:
+            self.retry(pool[self.rng.randrange(len(pool))], "random")
+
+    def act_prune(self) -> None:
+        # Not younger than a few seconds: the live reader has read (and the history keeps) every
+        # event a prune deletes for its age; a pruned job's own events may go at once.
+        self.prune(round(self.rng.uniform(3.0, 10.0), 1))
 
     def act_submit(self) -> None:
         if self.active_items() < OUTSTANDING:
@@ -330,6 +433,8 @@ class ChaosRun:
         ("pause", 1.2),
         ("resume", 1.4),
         ("cancel", 0.4),
+        ("retry", 0.6),
+        ("prune", 0.6),
         ("submit", 1.6),
         ("nothing", 0.8),
     )
@@ -340,7 +445,7 @@ class ChaosRun:
         self.schedule = [s for s in self.schedule if s[0] > now]
         for _, action, job_id in due:
             job = self.job(job_id)
-            if job.cancelled:
+            if job.cancelled or job.pruned:
                 continue
             getattr(self, action)(job, f"role {job.role}")
 
@@ -365,7 +470,7 @@ class ChaosRun:
         for _ in range(WORKERS):
             self.start_worker()
         # Every kind of fault at least once, at a random moment of the run.
-        for fault in ("kill", "freeze", "term", "flushall"):
+        for fault in ("kill", "freeze", "term", "flushall", "retry", "prune"):
             self.forced.append((self.rng.uniform(0.15, 0.85) * self.seconds, fault))
         self.note(f"started {WORKERS} workers x {THREADS} threads, 1 sweeper, {len(self.jobs)} jobs")
 
@@ -403,7 +508,7 @@ class ChaosRun:
         if not self.sweepers:
             self.start_sweeper()
         controls = self.controls()
-        for job in self.jobs:
+        for job in self.live_jobs():
             control = controls.get(job.id)
             if job.role == LEAVE_PAUSED and not job.cancelled and control != "pause":
                 self.pause(job, "left paused at the end")
@@ -415,7 +520,7 @@ class ChaosRun:
         """Wait (polling, with a deadline) until every job is terminal or paused; the last states."""
         deadline = time.monotonic() + timeout
         while True:
-            states = {j.id: self.client.status(j.id).state for j in self.jobs}
+            states = {j.id: self.client.status(j.id).state for j in self.live_jobs()}
             if all(s in SETTLED_JOB_STATES for s in states.values()) or time.monotonic() > deadline:
                 self.note(f"job states: {states}")
                 return states
@@ -432,7 +537,8 @@ class ChaosRun:
     def describe(self) -> dict[str, Any]:
         return {
             "jobs": [
-                (j.id, j.role, len(j.paths), j.sleep, j.pauses, j.resumes, j.cancelled) for j in self.jobs
+                (j.id, j.role, len(j.paths), j.sleep, j.pauses, j.resumes, j.cancelled, j.retries, j.pruned)
+                for j in self.jobs
             ],
             "actions": dict(self.actions),
         }

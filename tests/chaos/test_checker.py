@@ -355,3 +355,40 @@ def test_real_store_cursor_gap_and_zombie_event_are_reported(engine: Engine, tmp
     # Then the checker reports both
     one_of(found, "cursor gap")
     one_of(found, "succeeded 2 times")
+
+
+# -- retry and prune (issue 22) ---------------------------------------------------------------------
+def _cancelled_then_retried() -> History:
+    h = History().submit(1, [10, 11])
+    h.run(10, 0, 1, W1).cancel(1, [(11, 0)])
+    h.add("item_retried", item=11, token=0, detail={"from": "cancelled", "state": "pending"})
+    return h.add("job_retried", job=1, detail={"items": 1})
+
+
+def test_accepts_a_cancelled_job_retried_to_the_end() -> None:
+    # Given a job cancelled with one item pending, then retried: the item runs with fresh attempts
+    h = _cancelled_then_retried().run(11, 0, 1, W2)
+    # When it is checked against a store where both items succeeded and the cancel was lifted
+    found = violations(h, {10: ("succeeded", 1, 1), 11: ("succeeded", 1, 1)}, controls={1: None})
+    # Then nothing is reported
+    assert found == []
+
+
+def test_reports_a_retry_of_an_item_that_had_not_ended() -> None:
+    # Given a retry event for an item that is still pending
+    h = History().submit(1, [10])
+    h.add("item_retried", item=10, token=0, detail={"from": "pending", "state": "pending"})
+    h.add("job_retried", job=1, detail={"items": 1})
+    # When it is checked, then the walk reports it
+    one_of(violations(h, {10: ("pending", 0, 0)}, require_settled=False), "item 10", "not allowed from state")
+
+
+def test_a_pruned_job_is_checked_from_its_history() -> None:
+    # Given a job pruned after it finished, and one "pruned" while its retried item was still pending
+    h = History().submit(1, [10]).run(10, 0, 1, W1)
+    done = check_history(h.events, snapshot(h, {}), job_ids=set(), pruned={1}).violations
+    g = _cancelled_then_retried()
+    unfinished = check_history(g.events, snapshot(g, {}), job_ids=set(), pruned={1}).violations
+    # Then the finished one passes and the other is reported
+    assert done == []
+    one_of(unfinished, "item 11", "pruned while the item was 'pending'")

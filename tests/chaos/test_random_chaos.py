@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
+from store.events import EventRecord
 from tests.chaos.checker import analyse
 from tests.chaos.harness import LEAVE_PAUSED, ChaosJob, ChaosRun, chaos_seconds, chaos_seed
-from tests.support import Fleet, RedisServer, event_counts, items_of
+from tests.support import Fleet, RedisServer, items_of
 
 SEED = chaos_seed()  # one per session: the SQLite and the PostgreSQL run share the schedule
 SHORT = chaos_seconds(25.0)
@@ -59,7 +60,7 @@ def run_chaos(
         # Given jobs of random sizes over a shared pool of photo files, 4 workers and a sweeper
         run.start()
         # When workers are killed, frozen and stopped, Redis is flushed, sweepers die, and jobs are
-        # cancelled, paused and resumed at random for the run's length
+        # cancelled, paused, resumed, retried and pruned at random for the run's length
         run.chaos()
         # And then the faults stop, paused jobs are resumed (but those meant to stay paused)
         run.calm_down()
@@ -68,8 +69,18 @@ def run_chaos(
         run.finish()
         (tmp_path / "chaos.log").write_text("\n".join(run.log))
     jobs = {j.id: j for j in run.jobs}
-    analysis = analyse(engine, job_ids=list(jobs), max_attempts=MAX_ATTEMPTS)
+    pruned = run.pruned_jobs() if run.prunes else None
+    assert run.tail is not None
+    analysis = analyse(
+        engine, job_ids=list(jobs), max_attempts=MAX_ATTEMPTS, pruned=pruned, seen=run.tail.seen
+    )
     print(f"{tag} {analysis.summary()}; actions {dict(run.actions)}", flush=True)
+    print(
+        f"{tag} prunes {run.actions['prune']} (jobs pruned {run.actions['pruned_jobs']}), "
+        f"retries {run.actions['retry']} (refused {run.actions['retry_refused']}, of a pruned job "
+        f"{run.actions['retry_of_pruned_job']})",
+        flush=True,
+    )
     where = f"{tag}\nreplay: {replay}\nrun log: {tmp_path / 'chaos.log'}; worker logs: {fleet.logdir}"
 
     # Then every job settled (terminal or paused) before the deadline
@@ -79,12 +90,17 @@ def run_chaos(
         if s not in ("succeeded", "cancelled", "paused")
     ]
     # And a reader that followed the cursor live saw the same events as the final read, without a gap
-    assert run.tail is not None
-    live = run.tail.compare(analysis.records)
+    # (but for what the run's prunes deleted)
+    live = run.tail.compare(analysis.records, pruned, run.cutoff)
     if not run.tail.seen:
         live.append("the live reader saw no events at all")
     # And each job ended as its controls ask (checked for every job, reported together)
-    outcomes = [p for job_id, job in jobs.items() for p in job_outcome(engine, job, states[job_id])]
+    outcomes = [
+        p
+        for job_id, job in jobs.items()
+        if not job.pruned
+        for p in job_outcome(engine, job, states[job_id], analysis.records)
+    ]
     everything = unsettled + analysis.violations + live + outcomes
     report = f"{where}\n{grouped(everything)}"
     if not analysis.counts["item_claimed"]:  # the fleet never worked: show why
@@ -96,13 +112,17 @@ def run_chaos(
     assert outcomes == [], report
     # And the run tested batch messages: items were claimed together with others of their message
     assert analysis.counts["batched_claims"] > 0, f"{where}\nno item was claimed in a batch message"
+    # And prunes and retries ran among the faults (a pruned job was checked from the log: every item
+    # of it had ended; PostgreSQL's lock-order checker watched every transaction of the run)
+    assert run.actions["prune"] > 0 and run.actions["retry"] + run.actions["retry_refused"] > 0, where
 
 
-def job_outcome(engine: Engine, job: ChaosJob, state: str) -> list[str]:
-    """What is wrong with how ``job`` ended, given what the run did to it."""
+def job_outcome(engine: Engine, job: ChaosJob, state: str, events: list[EventRecord]) -> list[str]:
+    """What is wrong with how ``job`` ended, given what the run did to it (``events``: the run's
+    history, which keeps what a prune deleted from the store's log)."""
     items = items_of(engine, job.id)
     item_states = Counter(i.state for i in items)
-    successes = event_counts(engine, "item_succeeded", job.id)
+    successes = Counter(e.item for e in events if e.type == "item_succeeded" and e.job == job.id)
     info = (
         f"job {job.id} ({job.role}, cancelled={job.cancelled}, pauses={job.pauses}, resumes={job.resumes}, "
         f"state {state}, items {dict(item_states)})"

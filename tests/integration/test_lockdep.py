@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -181,3 +182,19 @@ def test_statements_are_classified_by_the_rows_they_lock(sql: str, expected: lis
     assert sorted((lock.table, lock.id_params is not None) for lock in lockdep.classify(sql)) == sorted(
         expected
     )
+
+
+def test_a_known_violation_is_marked_and_fails_no_test() -> None:
+    # Given the stack of a bundle release made by a middle-lane succeed (a known violation)
+    frames = [
+        traceback.FrameSummary("/w/middleware/lease.py", 1, "finish"),
+        traceback.FrameSummary("/w/store/items.py", 2, "advance_pipeline"),
+        traceback.FrameSummary("/w/store/items.py", 3, "release_bundle"),
+    ]
+    # When it is looked up, then it is the known one; a record of it fails no test, an unknown one does
+    why = lockdep._known(frames)
+    assert why == lockdep.KNOWN[("store/items.py", "advance_pipeline")]
+    problem = ["table order: FOR UPDATE on items while holding rows of photo_locks"]
+    assert not lockdep.failing({"problems": problem, "known": why})
+    assert lockdep.failing({"problems": problem, "known": None})
+    assert lockdep._known(frames[:1]) is None
