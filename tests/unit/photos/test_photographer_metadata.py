@@ -15,10 +15,11 @@ import pytest
 from PIL import Image
 
 from photos import camera_corpus, samples
-from photos.errors import PhotoError, UnreadableImage
+from photos.errors import InvalidParameter, PhotoError, UnreadableImage
 from photos.exif import ExifEdit, write_metadata
 from photos.exiftool import ExifTool
 from photos.fileops import staged_path
+from photos.params import lane_params, validate_params
 from tests import clock_photos
 
 SHIFTED = "2004:10:03 00:29:52"
@@ -56,6 +57,24 @@ def exiftool_in_zone(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureReq
 
 
 # -- keywords ------------------------------------------------------------------------------------
+def test_keyword_parameters_are_checked_at_submission() -> None:
+    # Given exif job parameters / When validated
+    asked = {"exif.keywords": "a, Places|Ireland|Dublin", "exif.keywords_mode": "Replace"}
+    out = validate_params(["exif"], asked)
+    removing = validate_params(["exif"], {"exif.keywords_remove": "old,older"})
+    # Then keywords are lists and the mode is normalised
+    assert out == {"exif.keywords": ["a", "Places|Ireland|Dublin"], "exif.keywords_mode": "replace"}
+    assert ExifEdit.from_params(lane_params(out, "exif")).keywords_mode == "replace"
+    assert ExifEdit.from_params(lane_params(removing, "exif")).keywords_remove == ["old", "older"]
+    # and a bad mode or an empty hierarchy level is refused naming the parameter
+    with pytest.raises(InvalidParameter, match="exif.keywords_mode='merge'.*add or replace"):
+        validate_params(["exif"], {"exif.keywords_mode": "merge"})
+    with pytest.raises(InvalidParameter, match="empty level"):
+        ExifEdit(keywords=["Places||Dublin"])
+    with pytest.raises(InvalidParameter, match="keywords_remove has no meaning"):
+        ExifEdit(keywords=["a"], keywords_remove=["b"], keywords_mode="replace")
+
+
 def _tagged_camera_file(tmp_path: Path) -> Path:
     """A camera JPEG (with EXIF) whose keywords differ per place, as a real library's do."""
     src = clock_photos.camera_jpeg(tmp_path / "lumia.jpg", "pentax")
