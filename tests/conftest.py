@@ -61,8 +61,17 @@ def lock_order(lockdep_dir: str | None) -> Iterator[None]:
     found = lockdep.read_violations(lockdep_dir)
     lockdep.clear(lockdep_dir)
     failing = [v for v in found if lockdep.failing(v)]
-    for v in [v for v in found if not lockdep.failing(v)][:3]:
-        warnings.warn(LockOrderWarning(lockdep.format_violation(v)), stacklevel=1)
+    shown_only = [v for v in found if not lockdep.failing(v)]
+    if shown_only:
+        known = sum(1 for v in shown_only if v.get("known"))
+        first = "\n\n".join(lockdep.format_violation(v) for v in shown_only[:3])
+        warnings.warn(
+            LockOrderWarning(
+                f"{len(shown_only)} lock-order warning(s): {known} known (store.lockdep.KNOWN), "
+                f"{len(shown_only) - known} ascending-id only; first ones:\n{first}"
+            ),
+            stacklevel=1,
+        )
     if failing:
         shown = "\n\n".join(lockdep.format_violation(v) for v in failing[:5])
         more = f"\n\n… and {len(failing) - 5} more" if len(failing) > 5 else ""
