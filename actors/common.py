@@ -78,7 +78,7 @@ def facts_for(ctx: ItemContext, path: Path) -> dict[str, Any]:
     facts = photo_facts(ctx.engine, ctx.lease.job_id, ctx.lease.photo_id)
     if facts and facts.get("sha256"):
         # one clock per photo: the capture time the file has now (after an exif shift), not at analysis
-        return {**facts, "taken": taken_now(path)}
+        return {**facts, "taken": taken_now(path, default=facts.get("taken"))}
     fresh = analyze(path)
     if facts and facts.get("file_time") is not None:
         fresh["file_time"] = facts["file_time"]

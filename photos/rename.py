@@ -266,12 +266,13 @@ def capture_time(facts: Mapping[str, Any], file_mtime: float) -> tuple[datetime,
     return datetime.fromtimestamp(file_mtime), [note]
 
 
-def taken_now(path: Path | str) -> str | None:
+def taken_now(path: Path | str, default: str | None = None) -> str | None:
     """The capture time the photo's own file says now (EXIF DateTimeOriginal, ISO), or None.
 
     One clock per photo: a lane that names or files a photo by its time reads it here, after every
     earlier lane of the job (an exif shift) wrote the file, not from an analysis made before. Only
-    the header is read (no pixels are decoded). None when the file has no readable capture time."""
+    the header is read (no pixels are decoded). None when the file has no capture time; ``default``
+    (what the caller knew) when Pillow cannot open the file or read its EXIF at all."""
     from PIL import Image
 
     from photos.analyze import parse_exif_datetime  # also registers the HEIF opener
@@ -279,8 +280,8 @@ def taken_now(path: Path | str) -> str | None:
     try:
         with Image.open(path) as img:
             return parse_exif_datetime(img.getexif().get_ifd(0x8769).get(0x9003))
-    except Exception:  # unreadable EXIF: the caller keeps what it knew
-        return None
+    except Exception:  # a format Pillow does not read, unreadable EXIF: keep what the caller knew
+        return default
 
 
 # --------------------------------------------------------------------------------------------- render

@@ -20,6 +20,7 @@ from photos.rename import (
     render,
     resolve_target,
     sanitize_value,
+    taken_now,
     validate_pattern,
     with_suffix,
 )
@@ -351,3 +352,27 @@ def test_plan_treats_nfc_and_nfd_names_as_the_same() -> None:
 def test_plan_refuses_duplicate_keys() -> None:
     with pytest.raises(ValueError):
         plan_targets([("k", "a.jpg"), ("k", "b.jpg")], set())
+
+
+def test_taken_now_reads_the_capture_time_the_file_has_now(tmp_path: Path) -> None:
+    # Given a camera file, a copy of it shifted across midnight, a PNG without EXIF and a text file
+    from datetime import timedelta
+
+    from PIL import Image
+
+    from photos.exif import ExifEdit, write_metadata
+    from tests import clock_photos
+
+    photo = clock_photos.camera_jpeg(tmp_path / "p.jpg", "pentax", "2004:10:02 23:29:52")
+    shifted = tmp_path / "shifted.jpg"
+    write_metadata(photo, shifted, ExifEdit(shift=timedelta(hours=1)))
+    png = tmp_path / "plain.png"
+    Image.new("RGB", (8, 8)).save(png)
+    text = tmp_path / "notes.txt"
+    text.write_text("not a photo")
+    # When the capture time is read from each / Then it is the file's own, after the shift
+    assert taken_now(photo) == "2004-10-02T23:29:52"
+    assert taken_now(shifted, default="2004-10-02T23:29:52") == "2004-10-03T00:29:52"
+    # and a file without one has none, while a file Pillow cannot open keeps what the caller knew
+    assert taken_now(png, default="2001-01-01T00:00:00") is None
+    assert taken_now(text, default="2001-01-01T00:00:00") == "2001-01-01T00:00:00"
