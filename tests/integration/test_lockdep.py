@@ -198,3 +198,40 @@ def test_a_known_violation_is_marked_and_fails_no_test() -> None:
     assert not lockdep.failing({"problems": problem, "known": why})
     assert lockdep.failing({"problems": problem, "known": None})
     assert lockdep._known(frames[:1]) is None
+
+
+def test_the_suite_fails_a_test_whose_transaction_broke_the_order(pg_url: str, tmp_path: Path) -> None:
+    # Given a test (run by its own pytest with this suite's fixtures) that locks an item, then its job
+    probe = tmp_path / "test_reversed_probe.py"
+    probe.write_text(
+        "from sqlalchemy import text\n"
+        "from store.engine import make_engine\n\n\n"
+        "def test_reversed(pg_url):\n"
+        "    e = make_engine(pg_url)\n"
+        "    with e.begin() as c:\n"
+        "        c.execute(text('SELECT id FROM items WHERE id = 1 FOR UPDATE'))\n"
+        "        c.execute(text('SELECT id FROM jobs WHERE id = 1 FOR UPDATE'))\n"
+        "    e.dispose()\n\n\n"
+        "def test_in_order(pg_url):\n"
+        "    e = make_engine(pg_url)\n"
+        "    with e.begin() as c:\n"
+        "        c.execute(text('SELECT id FROM jobs WHERE id = 1 FOR UPDATE'))\n"
+        "        c.execute(text('SELECT id FROM items WHERE id = 1 FOR UPDATE'))\n"
+        "    e.dispose()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != lockdep.ENV}
+    # When that pytest runs it
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider", str(probe)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = done.stdout + done.stderr
+    # Then the reversed test fails at teardown with the violation, and the ordered one passes
+    assert done.returncode != 0, out
+    assert "2 passed, 1 error" in out, out  # its call passed, its teardown failed it
+    assert "ERROR at teardown of test_reversed" in out and "1 lock-order violation(s)" in out, out
+    assert "table order: FOR UPDATE on jobs while holding rows of items" in out, out
