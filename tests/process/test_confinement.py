@@ -288,6 +288,52 @@ def test_a_photo_swapped_for_a_symlink_after_submission_is_refused_by_every_lane
     assert {p: sha(p) for p in before} == before
 
 
+def test_a_destination_swapped_for_a_symlink_after_submission_is_refused_at_use(
+    serve: Any, fleet: Fleet, photos: Path, out: Path, tmp_path: Path
+) -> None:
+    # Given jobs accepted with destinations inside the roots: an upload folder and an archive root
+    # in the output root, and a rename into a sub-folder of the photo's root; no worker yet
+    srv = serve(PHOTOJOBS_OUTPUT_ROOTS=str(out))
+    http = srv.client()
+    asks = {
+        "upload": {"upload.target": str(out / "uploads")},
+        "archive": {"archive.root": str(out / "archive")},
+        "rename": {"rename.pattern": "sub/x{ext}"},
+    }
+    jobs, originals = {}, {}
+    for lane, params in asks.items():
+        (photo,) = generate_samples(photos / lane, 1, seed=6, size=(64, 48))
+        originals[lane] = (photo, sha(photo))
+        created = http.post("/api/jobs", json={"lanes": [lane], "paths": [lane], "params": params})
+        assert created.status_code == 201, created.text
+        jobs[lane] = created.json()["job"]
+    # When, before a worker claims them, each destination becomes a symlink to a folder elsewhere
+    elsewhere = {lane: tmp_path / f"elsewhere-{lane}" for lane in asks}
+    for folder in elsewhere.values():
+        folder.mkdir()
+    (out / "uploads").symlink_to(elsewhere["upload"], target_is_directory=True)
+    (out / "archive").symlink_to(elsewhere["archive"], target_is_directory=True)
+    (photos / "rename" / "sub").symlink_to(elsewhere["rename"], target_is_directory=True)
+    fleet.start_sweeper()
+    fleet.start_worker(list(asks))
+    # Then every item fails, saying its destination is outside the roots
+    errors = {}
+    for lane, job in jobs.items():
+        wait_job(http, job)
+        items = http.get(f"/api/jobs/{job}/items").json()["items"]
+        errors[lane] = [(i["state"], i["error"]) for i in items]
+    assert {lane: [st for st, _ in e] for lane, e in errors.items()} == {lane: ["failed"] for lane in asks}, (
+        errors
+    )
+    assert "outside the photo roots and output roots" in errors["upload"][0][1], errors
+    assert "outside the photo roots and output roots" in errors["archive"][0][1], errors
+    assert "outside the root" in errors["rename"][0][1], errors
+    # And nothing was written elsewhere, and every photo is where it was with the same bytes
+    assert {lane: files_under(folder) for lane, folder in elsewhere.items()} == {lane: [] for lane in asks}
+    for photo, digest in originals.values():
+        assert photo.is_file() and not photo.is_symlink() and sha(photo) == digest
+
+
 def photojobs(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "photojobs", *args],
