@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -10,30 +11,68 @@ import dramatiq
 from dramatiq.middleware import TimeLimit
 
 from middleware.batch import run_batch
-from middleware.context import ItemContext, Stopped, current, current_batch
-from middleware.cpu_slots import cpu_slot
+from middleware.context import STOP_LOST, ItemContext, Stopped, current, current_batch
+from middleware.cpu_slots import cpu_slot, process_gate
 from photos.errors import PhotoError
 from store.lanes import lane_spec
 
 THROWS = (PhotoError, Stopped)
+log = logging.getLogger("photojobs.lane")
+
+
+def in_a_cpu_slot(
+    ctx: ItemContext,
+    fn: Callable[[ItemContext], Any],
+    *,
+    alone: bool,
+    gate: threading.BoundedSemaphore | None = None,
+) -> Any:
+    """``fn(ctx)``, in one of the process's CPU slots when the lane is CPU-bound
+    (``middleware.cpu_slots``). An item claimed ``alone`` (not from a batch message, whose items the
+    store already knows may be waiting) that finds every slot taken records that it waits before it
+    waits, and that its body starts once it has a slot (``ItemContext.waiting_for_a_slot``): its
+    worker's death while it waits is then not charged to it (``store.sweeper.revoke_expired``)."""
+    if not ctx.spec.cpu_bound:
+        return fn(ctx)
+    gate = gate or process_gate()
+    if not alone or not gate.acquire(blocking=False):
+        marked = alone and _mark(ctx, waiting=True)
+        with cpu_slot(ctx, gate):
+            if marked and not ctx.waiting_for_a_slot(False):
+                ctx.request_stop(STOP_LOST, "lease lost while waiting for a CPU slot")
+                ctx.check()
+            return fn(ctx)
+    try:
+        return fn(ctx)
+    finally:
+        gate.release()
+
+
+def _mark(ctx: ItemContext, *, waiting: bool) -> bool:
+    """``ctx.waiting_for_a_slot(waiting)``; a store that does not answer only costs the attribution
+    (a death while it waits is charged, as before), not the item."""
+    try:
+        return ctx.waiting_for_a_slot(waiting)
+    except Exception:  # noqa: BLE001 - logged; the item goes on
+        log.warning("could not record that item %s waits for a CPU slot", ctx.item_id, exc_info=True)
+        return False
 
 
 def lane_actor(name: str) -> Callable[[Callable[[ItemContext], Any]], dramatiq.Actor]:
     spec = lane_spec(name)
 
     def declare(fn: Callable[[ItemContext], Any]) -> dramatiq.Actor:
-        def work(ctx: ItemContext) -> Any:
-            with cpu_slot(ctx):  # a CPU-bound lane's work waits for a core (middleware.cpu_slots)
-                return fn(ctx)
+        def work_in_batch(ctx: ItemContext) -> Any:
+            return in_a_cpu_slot(ctx, fn, alone=False)
 
         def run(*args: int) -> None:
             batch = current_batch()
             if batch is not None:  # a batch message: every claimed item in turn (middleware.batch)
-                run_batch(batch, work, restart_clock=restart_clock, throws=THROWS)
+                run_batch(batch, work_in_batch, restart_clock=restart_clock, throws=THROWS)
                 return
             ctx = current()
             assert ctx.item_id == args[0], "the middleware claimed another item than the message names"
-            ctx.result = work(ctx)  # committed by the middleware through the fence
+            ctx.result = in_a_cpu_slot(ctx, fn, alone=True)  # committed by the middleware through the fence
 
         def restart_clock(ctx: ItemContext) -> None:
             """Each item of a batch gets the lane's whole time limit (Dramatiq's TimeLimit counts

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from store.fencing import FencedSession, fenced
-from store.items import Lease, save_checkpoint
+from store.items import Lease, mark_waiting, save_checkpoint
 from store.lanes import LaneSpec
 
 # Why a running item was asked to stop.
@@ -107,6 +107,12 @@ class ItemContext:
         """A transaction that commits only while this lease holds (else ``StaleLease``)."""
         with fenced(self.engine, self.lease.item_id, self.lease.token, worker=self.worker, what=what) as s:
             yield s
+
+    def waiting_for_a_slot(self, waiting: bool) -> bool:
+        """Record in the store that this item (claimed alone) waits for a CPU slot, or that its
+        body starts now (``store.items.mark_waiting``): a death of its worker while it waits is not
+        charged to it. False when its lease has moved on."""
+        return mark_waiting(self.engine, self.lease, waiting)
 
     def checkpoint(self, data: dict[str, Any]) -> None:
         """Save progress; the next attempt reads it back as ``saved_checkpoint``."""

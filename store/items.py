@@ -549,6 +549,25 @@ def renew(engine: Engine, leases: Mapping[int, int]) -> Renewal:
     return Renewal(held, set(leases) - set(held))
 
 
+# ``items.message_items`` of a running item claimed alone while it waits for one of its process's
+# CPU slots (``actors.lane``): its body has not started, so its worker's death is not charged to it
+# (``store.sweeper.revoke_expired``). NULL again once it has the slot and its body starts.
+WAITING_ALONE = -1
+
+
+def mark_waiting(engine: Engine, lease: Lease, waiting: bool) -> bool:
+    """Record that the running item of ``lease`` (claimed alone) waits for a CPU slot, or no longer
+    does (its body starts now). One statement guarded by (item, token, running): a lease that moved
+    on is left alone (False). It locks the item's row only (no job, photo or intent row)."""
+    with engine.begin() as conn:
+        done = conn.execute(
+            update(Item)
+            .where(Item.id == lease.item_id, Item.fencing_token == lease.token, Item.state == RUNNING)
+            .values(message_items=WAITING_ALONE if waiting else None)
+        ).rowcount
+    return bool(done)
+
+
 def save_checkpoint(s: Session, lease: Lease, data: dict[str, Any]) -> None:
     """Store the item's checkpoint (call inside a fenced session)."""
     s.execute(

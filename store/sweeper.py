@@ -22,7 +22,7 @@ from .clock import db_now
 from .dispatch import ALONE, Publish, mark_republished, stale_queued, take_for_dispatch
 from .events import assign_cursors, emit
 from .intents import settle_orphans, sweep_stray_staged
-from .items import release_locks, skip_successors, state_for
+from .items import WAITING_ALONE, release_locks, skip_successors, state_for
 from .models import FAILED, RUNNING, Item, Job
 from .workers import FORGET_AFTER, forget_stale
 
@@ -63,11 +63,13 @@ def expired_leases(limit: int) -> Select[tuple[int, int]]:
     )
 
 
-def claimed_in_batch(message_items: int | None) -> bool:
-    """Whether a running item was claimed from a batch message (``items.message_items`` > 1, kept
-    from its queueing): while one of its batch ran, the others waited for their turn or for the
-    batch's finish, so a death of its worker is not charged to it (``revoke_expired``)."""
-    return message_items is not None and message_items > 1
+def body_not_known_started(message_items: int | None) -> bool:
+    """Whether a running item's body may not have been running when its lease ran out, from
+    ``items.message_items``: claimed from a batch message (> 1, kept from its queueing: while one
+    item of a batch runs, the others wait for their turn or for the batch's finish), or claimed
+    alone and waiting for a CPU slot (``store.items.WAITING_ALONE``). Its worker's death is then not
+    charged to it (``revoke_expired``)."""
+    return message_items is not None and (message_items > 1 or message_items == WAITING_ALONE)
 
 
 def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 500) -> tuple[int, int]:
@@ -79,12 +81,15 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
     ``quarantined: killed its worker N times`` once its attempts are spent. Returns (revoked, quarantined).
 
     Crash attribution: a lease ends this way when its worker died, froze or lost the store, and the
-    item is charged for it (the attempt its claim counted stays used) only when it was claimed alone,
-    its body started at once. An item claimed from a batch message (``claimed_in_batch``) may have
-    been waiting for its turn, or for its batch's finish, while a batch-mate killed the process: it
-    gets its attempt back (``lease_expired`` says ``charged: false``) and its next message carries
-    it alone (``store.dispatch.ALONE``), so a photo that kills its worker is charged for its next
-    deaths, alone, and its batch-mates lose nothing.
+    item is charged for it (the attempt its claim counted stays used) only when it was claimed alone
+    and its body had started. An item claimed from a batch message may have been waiting for its
+    turn, or for its batch's finish, while a batch-mate killed the process, and an item claimed alone
+    may have been waiting for a CPU slot (``body_not_known_started``): it gets its attempt back
+    (``lease_expired`` says ``charged: false``) and its next message carries it alone
+    (``store.dispatch.ALONE``), so a photo that kills its worker is charged for its next deaths,
+    alone, and the items that waited beside it lose nothing. (Not covered: an item claimed by
+    another item's finish, ``claim_chained`` on SQLite, waits in its worker's queue for a few
+    milliseconds; a death then is charged to it.)
 
     Lock order job -> item: the candidates are found without locks, their jobs share-locked (in id
     order), then the items locked (``SKIP LOCKED``, id order) and re-checked.
@@ -122,7 +127,7 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
             old_token, owner = item.fencing_token, item.lease_owner
             spec = specs.get(item.lane)
             max_attempts = spec.max_attempts if spec else 1
-            charged = not claimed_in_batch(item.message_items)
+            charged = not body_not_known_started(item.message_items)
             attempt = item.attempt if charged else item.attempt - 1
             exhausted = charged and item.attempt >= max_attempts
             state = FAILED if exhausted else state_for(controls.get(item.job_id))

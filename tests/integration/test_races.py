@@ -25,7 +25,7 @@ from store.events import emit
 from store.fencing import FencedSession, fenced
 from store.lanes import lane_spec
 from store.models import Event, Item, Photo, PhotoLock
-from store.sweeper import revoke_expired
+from store.sweeper import expired_leases, revoke_expired
 from tests.support import wait_for
 
 NOOP = lane_spec("noop", env={})
@@ -101,6 +101,12 @@ def _photo_of(engine: Engine, item_id: int) -> int:
         return row.photo_id
 
 
+def _lease_has_expired(engine: Engine, item_id: int) -> bool:
+    """Whether the sweeper sees the item's lease as expired now (its own query, database clock)."""
+    with Session(engine) as s:
+        return item_id in {r.id for r in s.execute(expired_leases(1000)).all()}
+
+
 def test_revocation_racing_a_fenced_commit_never_lets_both_win(engine: Engine, tmp_path: Path) -> None:
     # Given claimed items whose leases have already expired (their holder is slow)
     job = _submit(engine, tmp_path, 8)
@@ -109,6 +115,8 @@ def test_revocation_racing_a_fenced_commit_never_lets_both_win(engine: Engine, t
     for n, item_id in enumerate(_item_ids(engine, job)):
         lease = store_items.claim(engine, EXPIRED, item_id, 0, "slow").lease
         assert lease is not None
+        # (a TTL of 0 expires once the database clock has moved past the claim's instant)
+        wait_for(lambda item_id=item_id: _lease_has_expired(engine, item_id), 5, 0.001, "the lease to expire")
         barrier = threading.Barrier(2, timeout=60)
         # Half the rounds the revocation wins the race, half the commit does: the loser waits for
         # the winner's commit (on SQLite, whose write lock is held from BEGIN, a revocation that
