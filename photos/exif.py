@@ -593,6 +593,13 @@ _UNSHIFTED_TAGS = frozenset(
 )
 _DATE_ONLY = re.compile(r"^\d{4}:\d{2}:\d{2}$")
 _YEAR_OR_MONTH = re.compile(r"^\d{4}(:\d{2})?$")  # XMP dates of reduced precision
+_DATE_TIME = re.compile(r"^\d{4}[:-]\d{2}[:-]\d{2}[ T]\d{2}:\d{2}")
+#: The capture/digitized/modify dates: one of these holding something that is not a date/time
+#: refuses the file (it cannot be shifted). Other time tags whose value is no date/time (offsets
+#: such as OffsetTime "+02:00", SubSecTime "123", a maker note's world-time city) are no clocks.
+_CLOCK_NAMES = frozenset(
+    {"DateTimeOriginal", "CreateDate", "ModifyDate", "DateTimeDigitized", "DateCreated", "DateTime"}
+)
 _TIME_ONLY = re.compile(r"^(\d{2}:\d{2}:\d{2})(\.\d+)?([+-]\d{2}:?\d{2}|Z)?$")
 
 
@@ -639,9 +646,16 @@ def clock_args(shift: timedelta, clocks: Mapping[str, Any], path: Path) -> list[
             continue
         if isinstance(value, list) or not _has_time(value) or _partial(value):
             continue  # a list (the XMP editing history), a lone date/time: nothing to roll over
+        if not _DATE_TIME.match(str(value).strip()) and name_of(key) not in _CLOCK_NAMES:
+            continue  # a time zone offset, sub-seconds, a city: not a clock
         _check_date(path, key, value, shift)
         args.append(f"-{key}{sign}={amount}")
     return args
+
+
+def name_of(key: str) -> str:
+    """``"ExifIFD:DateTimeOriginal"`` -> ``"DateTimeOriginal"``."""
+    return key.split(":", 1)[-1]
 
 
 def _partial(value: Any) -> bool:

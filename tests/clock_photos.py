@@ -94,7 +94,8 @@ def camera_jpeg(path: Path, maker: str, taken: str = TAKEN, *, seed: int = 0) ->
 def add_xmp_and_iptc(path: Path, taken: str = TAKEN, *, zone: str = "+02:00") -> None:
     """Give ``path`` the XMP and IPTC clocks photo apps write: XMP CreateDate/ModifyDate/
     DateTimeOriginal (no zone), photoshop:DateCreated (with ``zone``), IPTC DateCreated/TimeCreated
-    and DigitalCreationDate/Time (no zone), and an IPTCDigest."""
+    and DigitalCreationDate/Time (no zone), and an IPTCDigest; plus the time tags that are no
+    clocks to shift: EXIF OffsetTimeOriginal (``zone``), SubSecTimeOriginal and GPS (UTC) time."""
     date, time = taken[:10], taken[11:19]
     ExifTool.shared().execute(
         "-overwrite_original",
@@ -107,5 +108,9 @@ def add_xmp_and_iptc(path: Path, taken: str = TAKEN, *, zone: str = "+02:00") ->
         f"-IPTC:DigitalCreationDate={date}",
         f"-IPTC:DigitalCreationTime={time}",
         "-Photoshop:IPTCDigest=new",
+        f"-ExifIFD:OffsetTimeOriginal={zone}",
+        "-ExifIFD:SubSecTimeOriginal=123",
+        "-GPS:GPSDateStamp=2004:10:02",
+        "-GPS:GPSTimeStamp=21:29:52",
         os.path.abspath(path),
     )

@@ -146,7 +146,8 @@ def test_a_shift_moves_every_clock_and_invents_no_zone(
     tmp_path: Path, maker: str, exiftool_in_zone: str
 ) -> None:
     # Given a camera file whose every clock (EXIF IFD0/ExifIFD/IFD1, maker note, XMP, IPTC) says
-    # 2004-10-02 23:29:52, IPTC times without a zone and photoshop:DateCreated at +02:00
+    # 2004-10-02 23:29:52, IPTC times without a zone and photoshop:DateCreated at +02:00, with an
+    # EXIF zone offset, sub-seconds and a GPS time
     src = clock_photos.camera_jpeg(tmp_path / f"{maker}.jpg", maker)
     clock_photos.add_xmp_and_iptc(src)
     before = _tags(src, "-time:all", "--System:all", "--Composite:all")
@@ -169,6 +170,11 @@ def test_a_shift_moves_every_clock_and_invents_no_zone(
         "IPTC:TimeCreated": "00:29:52",
         "IPTC:DigitalCreationDate": "2004:10:03",
         "IPTC:DigitalCreationTime": "00:29:52",
+        # the zone offset, the sub-seconds and the GPS (UTC) time are no clocks to shift
+        "ExifIFD:OffsetTimeOriginal": "+02:00",
+        "ExifIFD:SubSecTimeOriginal": "123",
+        "GPS:GPSDateStamp": "2004:10:02",
+        "GPS:GPSTimeStamp": "21:29:52",
         **(
             {"Pentax:Date": "2004:10:03", "Pentax:Time": "00:29:52"}
             if maker == "pentax"
