@@ -1,0 +1,176 @@
+"""XMP sidecars of camera raws: where a raw's metadata goes, and which files move with a raw.
+
+A raw is never written. Its keywords, rating, description, artist, copyright and a time shift go to
+an XMP sidecar next to it, in the places :mod:`photos.exif` writes XMP (``dc:subject``,
+``lr:hierarchicalSubject``, ``xmp:Rating``, ``dc:description``, ``dc:creator``, ``dc:rights``; a
+shift in ``exif:DateTimeOriginal``):
+
+- an existing sidecar is updated: ``IMG_0001.CR2.xmp`` (darktable, digiKam's default) if there is
+  one, else ``IMG_0001.xmp`` (Lightroom, Capture One, digiKam's "commercial programs" mode);
+  keywords are added to its own, every other tag in it is kept;
+- a raw without one gets ``IMG_0001.CR2.xmp``: the name darktable and digiKam read and write, and
+  the only one that cannot be shared by the two halves of a RAW+JPEG pair (``IMG_0001.CR2`` and
+  ``IMG_0001.JPG`` would both claim ``IMG_0001.xmp``).
+
+Both names travel with their raw as one unit (:func:`companions`): a rename, an archive move or an
+upload takes the raw and its sidecars together, renamed to the raw's new name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from photos import exiftool
+from photos.errors import NeedsExiftool, PhotoError
+from photos.exif import ExifEdit, exiftool_args
+from photos.raw import is_raw
+
+SUFFIX = ".xmp"
+_DT = "%Y:%m:%d %H:%M:%S"
+_STATE_TAGS = (
+    "-XMP-x:XMPToolkit",
+    "-XMP-dc:Subject",
+    "-XMP-lr:HierarchicalSubject",
+    "-XMP-exif:DateTimeOriginal",
+)
+
+
+def is_sidecar(path: str | os.PathLike[str]) -> bool:
+    """True for an XMP sidecar's name (``.xmp``, any case)."""
+    return Path(path).suffix.lower() == SUFFIX
+
+
+def _entries(folder: Path) -> dict[str, str]:
+    """The folder's names, case-folded -> as on disk."""
+    try:
+        return {name.casefold(): name for name in os.listdir(folder)}
+    except OSError:
+        return {}
+
+
+def companions(photo: str | os.PathLike[str]) -> list[Path]:
+    """The sidecars that belong to ``photo`` (a raw): ``NAME.EXT.xmp`` first, then ``NAME.xmp``,
+    as found on disk (any case); empty for a photo that is not a raw."""
+    photo = Path(photo)
+    if not is_raw(photo):
+        return []
+    names = _entries(photo.parent)
+    found = []
+    for wanted in (f"{photo.name}{SUFFIX}", f"{photo.stem}{SUFFIX}"):
+        name = names.get(wanted.casefold())
+        if name is not None and (photo.parent / name).is_file():
+            found.append(photo.parent / name)
+    return found
+
+
+def sidecar_of(raw: str | os.PathLike[str]) -> Path | None:
+    """The sidecar a raw's metadata is written to now: the first of :func:`companions`, or None."""
+    found = companions(raw)
+    return found[0] if found else None
+
+
+def new_sidecar(raw: str | os.PathLike[str]) -> Path:
+    """Where a raw without a sidecar gets one: ``IMG_0001.CR2`` -> ``IMG_0001.CR2.xmp``."""
+    raw = Path(raw)
+    return raw.with_name(f"{raw.name}{SUFFIX}")
+
+
+def companion_target(companion: Path, photo: Path, new_photo: Path) -> Path:
+    """Where ``companion`` (a sidecar of ``photo``) goes when ``photo`` becomes ``new_photo``:
+    ``IMG_0001.CR2.xmp`` -> ``NEW.cr2.xmp``, ``IMG_0001.xmp`` -> ``NEW.xmp`` (its suffix's case kept)."""
+    suffix = companion.name[len(companion.name) - len(SUFFIX) :]
+    if companion.name[: -len(SUFFIX)].casefold() == photo.name.casefold():
+        return new_photo.with_name(f"{new_photo.name}{suffix}")
+    return new_photo.with_name(f"{new_photo.stem}{suffix}")
+
+
+def owner_of(sidecar: Path, names: set[str]) -> str | None:
+    """The file a sidecar belongs to among ``names`` (case-folded names of its folder): ``X.CR2``
+    for ``X.CR2.xmp``, a raw named ``X.*`` for ``X.xmp``; None when neither is there."""
+    body = sidecar.name[: -len(SUFFIX)].casefold()
+    if body in names:
+        return body
+    stem = body + "."
+    return next((n for n in sorted(names) if n.startswith(stem) and is_raw(n)), None)
+
+
+def _tool(path: Path) -> exiftool.ExifTool:
+    if not exiftool.available():
+        raise NeedsExiftool(path, f"writing a raw's XMP sidecar needs exiftool ({exiftool.INSTALL_HINT})")
+    return exiftool.ExifTool.shared()
+
+
+def _record(tool: exiftool.ExifTool, path: Path, *tags: str) -> dict[str, Any]:
+    out, warnings = tool.execute_with_warnings(
+        "-j", "-G1", "-a", *tags, os.path.abspath(path), retry_if_died=True
+    )
+    serious = [w for w in warnings if "[minor]" not in w.lower()]
+    if serious:
+        raise PhotoError(path, "exiftool warned, nothing written: " + "; ".join(serious))
+    try:
+        records = json.loads(out, parse_int=str, parse_float=str) if out.strip() else [{}]
+        record = dict(records[0])
+    except (ValueError, IndexError, TypeError) as exc:
+        raise PhotoError(path, "exiftool gave unreadable output for the file") from exc
+    record.pop("SourceFile", None)
+    return record
+
+
+def _shifted(
+    raw: Path, sidecar: Path | None, current: dict[str, Any], shift: timedelta, tool: exiftool.ExifTool
+) -> str:
+    """The raw's capture time moved by ``shift`` (from the sidecar's, where an earlier shift put it)."""
+    value = current.get("XMP-exif:DateTimeOriginal")
+    if not value:
+        value = _record(tool, raw, "-EXIF:DateTimeOriginal").get("ExifIFD:DateTimeOriginal")
+    if not value:
+        raise PhotoError(raw, "cannot shift the capture time: the raw has no DateTimeOriginal")
+    text = str(value).strip()
+    try:
+        taken = datetime.strptime(text[:19].replace("-", ":").replace("T", " "), _DT)
+    except ValueError:
+        raise PhotoError(raw, "cannot shift the capture time: DateTimeOriginal is not a date/time") from None
+    return (taken + shift).strftime(_DT) + text[19:]
+
+
+def write_sidecar(raw: str | os.PathLike[str], edit: ExifEdit) -> tuple[Path, bytes | None, bytes | None]:
+    """The sidecar ``edit`` produces for ``raw``: ``(its path, its new content, its content now)``
+    (None: no sidecar; the two equal: nothing to change). Nothing is written: the caller stages
+    and applies it (the raw itself is never opened for writing). Keywords merge with the
+    sidecar's own; its other content is kept (exiftool edits the XMP packet in place)."""
+    raw = Path(raw)
+    if not raw.is_file():
+        raise PhotoError(raw, "file not found (deleted or moved after submission)")
+    tool = _tool(raw)
+    existing = sidecar_of(raw)
+    target = existing or new_sidecar(raw)
+    current = _record(tool, existing, *_STATE_TAGS) if existing else {}
+    args = exiftool_args(replace(edit, shift=None), fmt="XMP", current=current, path=target)
+    if edit.shift:
+        args.append(f"-XMP-exif:DateTimeOriginal={_shifted(raw, existing, current, edit.shift, tool)}")
+        if not any(a.startswith("-XMP-x:XMPToolkit") for a in args):
+            toolkit = current.get("XMP-x:XMPToolkit")
+            args.append(f"-XMP-x:XMPToolkit={toolkit}" if toolkit else "-XMP-x:XMPToolkit=")
+    before = existing.read_bytes() if existing else None
+    if not args:  # nothing to change: no sidecar is created, an existing one stays as it is
+        return target, before, before
+    with tempfile.TemporaryDirectory(prefix="pj-xmp-") as tmp:
+        out = Path(tmp) / "sidecar.xmp"
+        source = [os.path.abspath(existing)] if existing else []
+        try:
+            _, warnings = tool.execute_with_warnings(
+                "-ec", *args, "-o", str(out), *source, retry_if_died=True
+            )
+        except PhotoError as exc:
+            raise PhotoError(target, f"cannot write the raw's XMP sidecar: {exc.reason}") from exc
+        if warnings:
+            raise PhotoError(target, "exiftool warned, nothing written: " + "; ".join(warnings))
+        if not out.is_file():
+            raise PhotoError(target, "exiftool reported success but wrote no sidecar")
+        return target, out.read_bytes(), before
