@@ -402,7 +402,8 @@ def _json_record(path: Path, out: str) -> dict[str, Any]:
         records = json.loads(out, parse_int=str, parse_float=str) if out.strip() else [{}]
         record: dict[str, Any] = dict(records[0])
     except (ValueError, IndexError, TypeError, AttributeError) as exc:
-        raise PhotoError(path, f"unexpected exiftool output: {out[:200]!r}") from exc
+        # never quote it: the output carries the file's metadata
+        raise PhotoError(path, f"unexpected exiftool output ({len(out)} characters, not JSON)") from exc
     record.pop("SourceFile", None)
     return record
 
