@@ -15,6 +15,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import FileResponse, Response
@@ -43,6 +44,15 @@ PAGE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
 }
+
+
+class PageFiles(StaticFiles):
+    """The dashboard's script and styles, with the dashboard's headers (CSP, nosniff, no framing)."""
+
+    def file_response(self, *args: Any, **kwargs: Any) -> Response:
+        response = super().file_response(*args, **kwargs)
+        response.headers.update(PAGE_HEADERS)
+        return response
 
 
 @dataclass
@@ -170,7 +180,7 @@ def create_app(
     def dashboard() -> FileResponse:
         return FileResponse(STATIC / "dashboard.html", headers={"Cache-Control": "no-cache", **PAGE_HEADERS})
 
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.mount("/static", PageFiles(directory=STATIC), name="static")
     return app
 
 

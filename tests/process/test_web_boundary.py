@@ -405,7 +405,7 @@ def test_healthz_reports_each_part_and_submissions_survive_redis_down(
 # -- 4. no CDN scripts ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_docs_pages_are_off_and_the_schema_is_public(server: WebServer) -> None:
-    # When the interactive docs and the schema are asked for
+    # When the interactive docs, the schema and the dashboard's script are asked for
     docs, redoc = httpx.get(f"{server.url}/docs"), httpx.get(f"{server.url}/redoc")
     schema = httpx.get(f"{server.url}/openapi.json")
     # Then the pages (which load scripts from a CDN) are 404 JSON errors and the schema is served
@@ -413,3 +413,8 @@ def test_docs_pages_are_off_and_the_schema_is_public(server: WebServer) -> None:
     _is_error(redoc, 404)
     assert "cdn" not in docs.text.lower()
     assert schema.status_code == 200 and "/api/jobs" in schema.json()["paths"]
+    # And what the dashboard loads carries the dashboard's CSP
+    script = httpx.get(f"{server.url}/static/app.js")
+    assert script.status_code == 200
+    assert script.headers["Content-Security-Policy"].startswith("default-src 'self'")
+    assert script.headers["X-Content-Type-Options"] == "nosniff"
