@@ -408,9 +408,26 @@ class ChaosRun:
             self.cancel(pool[self.rng.randrange(len(pool))], "random")
 
     def act_retry(self) -> None:
-        pool = self.recent([j for j in self.jobs if j.cancelled and not j.pruned])
-        if pool:
-            self.retry(pool[self.rng.randrange(len(pool))], "random")
+        """Retry a cancelled job that has cancelled items; with none, cancel a running job (a newly
+        submitted one if need be) and retry it at once, racing its workers' stops."""
+        cancelled = [j for j in self.jobs if j.cancelled and not j.pruned]
+        with Session(self.engine) as s:  # the ones with something to retry (not all done before it)
+            ids = set(
+                s.execute(
+                    select(Item.job_id).where(
+                        Item.job_id.in_([j.id for j in cancelled]), Item.state == "cancelled"
+                    )
+                ).scalars()
+            )
+        pool = self.recent([j for j in cancelled if j.id in ids])
+        if not pool:
+            running = self.recent(
+                [j for j in self.live_jobs() if not j.cancelled and j.role in (PLAIN, PAUSE_RESUME)]
+            )
+            job = running[self.rng.randrange(len(running))] if running else self.submit(PLAIN)
+            self.cancel(job, "to retry it")
+            pool = [job]
+        self.retry(pool[self.rng.randrange(len(pool))], "random")
 
     def act_prune(self) -> None:
         # Not younger than a few seconds: the live reader has read (and the history keeps) every
