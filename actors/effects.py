@@ -40,6 +40,7 @@ class Applied:
     target: str
     recovered: bool
     note: str | None = None
+    companion: bool = False  # a file that travels with the photo (a raw's sidecar), not the photo
 
 
 class FileEffects:
@@ -60,11 +61,13 @@ class FileEffects:
             self._finish(intent)
         # An effect an earlier attempt applied (and perhaps died before finishing the item) is done:
         # it must not be applied again (an EXIF time shift twice, a second rename).
-        return [
-            Applied(i.id, i.kind, i.target, True, "applied by an earlier attempt")
+        # The photo's own effect last: callers report ``recovered[-1]`` (a raw's sidecars first).
+        applied = [
+            Applied(i.id, i.kind, i.target, True, "applied by an earlier attempt", i.photo_id is None)
             for i in store_intents.item_intents(self.ctx.engine, self.ctx.item_id)
             if i.state == store_intents.APPLIED
         ]
+        return sorted(applied, key=lambda a: not a.companion)
 
     def _finish(self, intent: IntentRow) -> Applied | None:
         verdict = recovery.settle_on_disk(intent.effect(), may_apply=True, tag=self.tag)
@@ -121,26 +124,56 @@ class FileEffects:
         source: Path | None,
         sha256: str,
         base_sha256: str | None = None,
+        companion: bool = False,
     ) -> int:
         """Record the intent (fenced). ``sha256`` is what ``target`` will hold, ``base_sha256`` what
-        it holds now (None for a new name)."""
+        it holds now (None for a new name); a ``companion`` effect (a raw's sidecar) names no photo."""
+        return self.record_unit(
+            [
+                {
+                    "kind": kind,
+                    "staged": staged,
+                    "target": target,
+                    "source": source,
+                    "sha256": sha256,
+                    "base_sha256": base_sha256,
+                    "companion": companion,
+                }
+            ]
+        )[0]
+
+    def record_unit(self, effects: list[dict[str, Any]]) -> list[int]:
+        """Record several intents in ONE fenced transaction (a raw and its sidecars: all recorded or
+        none); each dict holds :meth:`record`'s arguments. ``TargetTaken`` records none."""
         with self.ctx.fenced("record intent") as s:
-            intent_id = store_intents.record(
-                s,
-                self.ctx.lease,
-                kind=kind,
-                staged=str(staged),
-                target=str(target),
-                source=str(source) if source else None,
-                sha256=sha256,
-                base_sha256=base_sha256,
-                worker=self.ctx.worker,
-            )
+            ids = [
+                store_intents.record(
+                    s,
+                    self.ctx.lease,
+                    kind=e["kind"],
+                    staged=str(e["staged"]),
+                    target=str(e["target"]),
+                    source=str(e["source"]) if e.get("source") else None,
+                    sha256=e["sha256"],
+                    base_sha256=e.get("base_sha256"),
+                    worker=self.ctx.worker,
+                    companion=bool(e.get("companion")),
+                )
+                for e in effects
+            ]
         failpoints.hit(f"{self.lane}.after_record")
-        return intent_id
+        return ids
 
     def apply_and_mark(
-        self, intent_id: int, *, kind: str, staged: Path, target: Path, source: Path | None, sha256: str
+        self,
+        intent_id: int,
+        *,
+        kind: str,
+        staged: Path,
+        target: Path,
+        source: Path | None,
+        sha256: str,
+        companion: bool = False,
     ) -> Applied:
         """Apply a recorded intent atomically, then mark it applied (moving the photo in the store).
 
@@ -168,7 +201,7 @@ class FileEffects:
             intent_id,
             self.ctx.item_id,
             self.ctx.token,
-            self.ctx.lease.photo_id,
+            None if companion else self.ctx.lease.photo_id,
             kind,
             str(staged),
             str(target),
@@ -179,10 +212,17 @@ class FileEffects:
         )
         self._settle(row, "applied", "applied")
         failpoints.hit(f"{self.lane}.after_mark")
-        return Applied(intent_id, kind, str(target), False)
+        return Applied(intent_id, kind, str(target), False, companion=companion)
 
     def discard(
-        self, intent_id: int, kind: str, staged: Path, target: Path, note: str, source: Path | None = None
+        self,
+        intent_id: int,
+        kind: str,
+        staged: Path,
+        target: Path,
+        note: str,
+        source: Path | None = None,
+        companion: bool = False,
     ) -> None:
         """Give up a recorded intent: mark it discarded, then remove its staged file (never the
         photo). Marked first: a recorded move whose staged link is gone has landed (recovery relies
@@ -191,7 +231,7 @@ class FileEffects:
             intent_id,
             self.ctx.item_id,
             self.ctx.token,
-            self.ctx.lease.photo_id,
+            None if companion else self.ctx.lease.photo_id,
             kind,
             str(staged),
             str(target),

@@ -1,15 +1,21 @@
 """The ``exif`` lane: write metadata through exiftool (only the asked tags change, the file time is
-kept), replacing the photo in place exactly once."""
+kept), replacing the photo in place exactly once. A camera raw is never written: its metadata goes
+to its XMP sidecar (``photos.sidecar``), written under the same intent protocol."""
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Any
 
 from middleware import failpoints
 from middleware.context import ItemContext
 from photos import fileops
+from photos.errors import PhotoError
 from photos.exif import ExifEdit, write_metadata
+from photos.raw import is_raw
 from photos.rename import taken_now
+from photos.sidecar import write_sidecar
 
 from .common import params, photo_path
 from .effects import FileEffects, result_of
@@ -26,6 +32,8 @@ def exif(ctx: ItemContext) -> dict[str, Any]:
     effects.sweep_temps(path.parent)
     edit_params = params(ctx)
     edit = ExifEdit.from_params(edit_params)  # analysis results stay in the store, not in the photo
+    if is_raw(path):
+        return _raw_sidecar(ctx, effects, path, edit, sorted(edit_params))
     before = fileops.sha256_file(path)
     staged = fileops.staged_path(path, effects.tag)
     write_metadata(path, staged, edit)
@@ -45,3 +53,37 @@ def exif(ctx: ItemContext) -> dict[str, Any]:
     # a shift records the capture time the photo has now (later lanes read the same from the file)
     moved = {"taken": taken_now(path)} if edit.shift else {}
     return result_of(applied, sha256_before=before, sha256=after, fields=sorted(edit_params), **moved)
+
+
+def _raw_sidecar(
+    ctx: ItemContext, effects: FileEffects, raw: Path, edit: ExifEdit, fields: list[str]
+) -> dict[str, Any]:
+    """A raw's edit goes to its XMP sidecar (updated in place, or created next to it), exactly once;
+    the raw itself stays byte-identical."""
+    raw_sha = fileops.sha256_file(raw)
+    target, content, before = write_sidecar(raw, edit)
+    if content is None or content == before:
+        return {"target": str(target), "unchanged": True, "sidecar": str(target), "fields": fields}
+    effects.sweep_temps(target.parent)
+    staged = fileops.stage_bytes(target, effects.tag, content)
+    failpoints.hit("exif.after_stage")
+    try:
+        ctx.check()  # last safe point: nothing recorded yet
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+    kind = "replace" if before is not None else "publish"  # a new sidecar never clobbers a file
+    after = hashlib.sha256(content).hexdigest()
+    base = hashlib.sha256(before).hexdigest() if before is not None else None
+    intent = effects.record(
+        kind=kind, staged=staged, target=target, source=None, sha256=after, base_sha256=base, companion=True
+    )
+    applied = effects.apply_and_mark(
+        intent, kind=kind, staged=staged, target=target, source=None, sha256=after, companion=True
+    )
+    if fileops.sha256_file(raw) != raw_sha:  # never expected: nothing here opens the raw for writing
+        raise PhotoError(raw, "the raw changed while its sidecar was written")
+    moved = {"taken": taken_now(raw)} if edit.shift else {}
+    return result_of(
+        applied, sidecar=str(target), sha256=raw_sha, sidecar_sha256=after, fields=fields, **moved
+    )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,10 @@ from photojobs.roots import (
 )
 from photos.containment import real_roots
 from photos.errors import InvalidParameter
+from photos.fileops import is_staged_name
 from photos.params import ALLOWED_ROOTS_KEY, refuse_untrusted, validate_params
+from photos.raw import RAW_SUFFIXES, is_raw
+from photos.sidecar import is_sidecar, owner_of
 from store import events as store_events
 from store import jobs as store_jobs
 from store import listing as store_listing
@@ -51,6 +54,7 @@ __all__ = [
     "UnknownLane",
     "Client",
     "collect_photos",
+    "scan_photos",
 ]
 
 
@@ -69,7 +73,25 @@ CONTROL_APPLIES = {
     "resume": ("paused", "pausing"),
 }
 
-PHOTO_SUFFIXES = {".jpg", ".jpeg", ".png", ".tif", ".tiff", ".heic", ".heif", ".webp"}
+PHOTO_SUFFIXES = {".jpg", ".jpeg", ".png", ".tif", ".tiff", ".heic", ".heif", ".webp", *RAW_SUFFIXES}
+
+# Why a folder scan left a file out (the submission result's ``skipped`` counts these).
+SKIP_NOT_PHOTO = "not a photo"
+SKIP_HIDDEN = "hidden file"
+SKIP_HIDDEN_FOLDER = "hidden folder"
+SKIP_TEMP = "photojobs temp file"
+SKIP_SIDECAR = "sidecar of a raw"
+SKIP_PHOTO_SIDECAR = "sidecar of a photo"
+SKIP_ORPHAN_SIDECAR = "sidecar without its photo"
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What :func:`scan_photos` found: the photos, their roots, and what it left out, by reason."""
+
+    photos: list[Path]
+    roots: list[Path]
+    skipped: dict[str, int]
 
 
 def photo_roots(paths: Iterable[str | Path]) -> list[Path]:
@@ -85,29 +107,74 @@ def photo_roots(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def collect_photos(paths: Iterable[str | Path], *, any_file: bool = False) -> tuple[list[Path], list[Path]]:
-    """Expand files and folders (recursively) into absolute photo paths, sorted; also return the roots.
+    """:func:`scan_photos`' photos and roots (without what it left out)."""
+    scan = scan_photos(paths, any_file=any_file)
+    return scan.photos, scan.roots
 
-    Folders contribute files with a photo suffix (or every file with ``any_file``); a file named
-    explicitly is always taken. A path that does not exist raises ``SubmissionError``. Hidden files
-    and photojobs' own temp files are left out.
+
+def scan_photos(paths: Iterable[str | Path], *, any_file: bool = False) -> Scan:
+    """Expand files and folders (recursively) into absolute photo paths, sorted, with their roots and
+    a count of every file a folder scan left out, by reason (nothing is skipped silently).
+
+    Folders contribute files with a photo suffix, camera raws included (or every file with
+    ``any_file``); a file named explicitly is always taken. A path that does not exist raises
+    ``SubmissionError``. Left out: hidden files and folders (a hidden folder counts once),
+    photojobs' own temp files, XMP sidecars (part of their raw's unit: they move with it) and
+    every other file ("not a photo").
     """
     paths = list(paths)
     roots = photo_roots(paths)
     photos: list[Path] = []
+    skipped: dict[str, int] = {}
+
+    def skip(reason: str, n: int = 1) -> None:
+        skipped[reason] = skipped.get(reason, 0) + n
+
     for raw in paths:
         p = Path(raw).expanduser().resolve()
-        if p.is_dir():
-            for dirpath, dirnames, filenames in os.walk(p):
-                dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-                for name in sorted(filenames):
-                    if name.startswith("."):
-                        continue
-                    f = Path(dirpath) / name
-                    if any_file or f.suffix.lower() in PHOTO_SUFFIXES:
-                        photos.append(f)
-        else:
+        if not p.is_dir():
             photos.append(p)
-    return sorted(set(photos)), roots
+            continue
+        for dirpath, dirnames, filenames in os.walk(p):
+            hidden = [d for d in dirnames if d.startswith(".")]
+            if hidden:
+                skip(SKIP_HIDDEN_FOLDER, len(hidden))
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            folded = {n.casefold() for n in filenames}
+            for name in sorted(filenames):
+                f = Path(dirpath) / name
+                if is_staged_name(name):
+                    skip(SKIP_TEMP)
+                elif name.startswith("."):
+                    skip(SKIP_HIDDEN)
+                elif any_file or f.suffix.lower() in PHOTO_SUFFIXES:
+                    photos.append(f)
+                elif is_sidecar(f):
+                    skip(_sidecar_reason(owner_of(f, folded)))
+                else:
+                    skip(SKIP_NOT_PHOTO)
+    unique = sorted(set(photos))
+    return Scan(unique, roots, dict(sorted(skipped.items())))
+
+
+def skipped_text(skipped: Mapping[str, int]) -> str:
+    """``{"not a photo": 3, "hidden file": 1}`` -> ``"3 not a photo, 1 hidden file"``."""
+    return ", ".join(f"{n} {reason}" for reason, n in skipped.items())
+
+
+def _sidecar_reason(owner: str | None) -> str:
+    if owner is None:
+        return SKIP_ORPHAN_SIDECAR
+    if is_raw(owner):
+        return SKIP_SIDECAR
+    return SKIP_PHOTO_SIDECAR if Path(owner).suffix in PHOTO_SUFFIXES else SKIP_NOT_PHOTO
+
+
+@dataclass(frozen=True)
+class SubmittedJob(store_jobs.Submitted):
+    """``store.jobs.Submitted`` plus what the folder scan left out, by reason."""
+
+    skipped: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -117,6 +184,7 @@ class Plan:
     photos: list[store_jobs.PhotoInput]
     roots: list[str]
     fingerprint: str
+    skipped: dict[str, int] = field(default_factory=dict)  # what the folder scan left out, by reason
 
 
 class Client:
@@ -171,7 +239,8 @@ class Client:
         paths_list = [str(p) for p in paths]
         if allowed_roots is not None:
             paths_list = confine(paths_list, [Path(r) for r in allowed_roots])
-        photos, roots = collect_photos(paths_list, any_file=names == ["noop"])
+        scan = scan_photos(paths_list, any_file=names == ["noop"])
+        photos, roots = scan.photos, scan.roots
         if allowed_roots is not None:
             check_found(photos, [Path(r) for r in allowed_roots])
         given_keys = set(clean)
@@ -201,7 +270,7 @@ class Client:
         if confined:
             allowed = [*dest_roots, *out_roots, *_local_targets(named)]
             clean[ALLOWED_ROOTS_KEY] = sorted({str(r) for r in real_roots(allowed)})
-        return Plan(names, clean, inputs, [str(r) for r in roots], fingerprint)
+        return Plan(names, clean, inputs, [str(r) for r in roots], fingerprint, scan.skipped)
 
     def submit(
         self,
@@ -210,9 +279,10 @@ class Client:
         params: Mapping[str, Any] | None = None,
         *,
         plan: Plan | None = None,
-    ) -> store_jobs.Submitted:
+    ) -> SubmittedJob:
         """Write the job, its photos and items (in short chunks; see ``store.jobs.submit``) and return
-        its id; raise ``BacklogFull`` past a bound, before anything is written."""
+        its id, counts and what the folder scan left out (``skipped``, by reason); raise
+        ``BacklogFull`` past a bound, before anything is written."""
         plan = plan or self.plan(lanes, paths, params)
         submitted = store_jobs.submit(
             self.engine,
@@ -224,7 +294,7 @@ class Client:
             bundle_lanes=["archive"] if plan.params.get("archive.bundle", "none") != "none" else [],
         )
         ring_sweepers(self.settings.redis_url)  # dispatched now, not at the next sweep pass
-        return submitted
+        return SubmittedJob(submitted.job_id, submitted.items, submitted.photos, dict(plan.skipped))
 
     def find_same_job(self, plan: Plan) -> int | None:
         """The newest job with the same paths, lanes and params (``photojobs run`` resumes it)."""

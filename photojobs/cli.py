@@ -110,7 +110,7 @@ def cli(verbose: int, debug: bool) -> None:
 @click.option(
     "--param", "params", multiple=True, metavar="KEY=VALUE", help="A lane parameter, e.g. exif.rating=5."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print {job, items} as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print {job, items, skipped} as JSON.")
 @click.argument("paths", nargs=-1, required=True)
 def submit(lanes: str, params: tuple[str, ...], as_json: bool, paths: tuple[str, ...]) -> None:
     """Submit a job over PATHS (files or folders, recursed); prints the job id."""
@@ -121,9 +121,13 @@ def submit(lanes: str, params: tuple[str, ...], as_json: bool, paths: tuple[str,
     except (InvalidParameter, SubmissionError, ValueError) as exc:
         _fail(str(exc), EX_USAGE)
     if as_json:
-        click.echo(json.dumps({"job": result.job_id, "items": result.items}))
+        click.echo(json.dumps({"job": result.job_id, "items": result.items, "skipped": result.skipped}))
     else:
         click.echo(result.job_id)
+        if result.skipped:  # nothing left out silently (on stderr: stdout stays the job id)
+            from photojobs.api import skipped_text
+
+            click.echo(f"left out: {skipped_text(result.skipped)}", err=True)
 
 
 @cli.command()

@@ -24,7 +24,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from photojobs.api import Client, Plan, photo_roots
+from photojobs.api import Client, Plan, photo_roots, skipped_text
 from photojobs.cli_support import worker_command, worker_env
 from photojobs.config import Settings
 from photojobs.embedded_redis import EmbeddedRedis
@@ -160,6 +160,7 @@ class Runner:
         self.lock = threading.Lock()
         self.supervisor: Supervisor | None = None
         self.gave_up = False
+        self.skipped: dict[str, int] = {}  # what the folder scan left out, by reason
         self.state_dir = state_dir_for(opts.paths, opts.state)
 
     # -- signals and supervisor events ---------------------------------------------------
@@ -204,6 +205,7 @@ class Runner:
         try:
             client = Client(settings)
             plan = client.plan(self.opts.lanes, self.opts.paths, self.opts.params)
+            self.skipped = dict(plan.skipped)
             job_id = self._job(client, plan)
             if job_id is None:
                 return EXIT_TEMPFAIL
@@ -362,6 +364,7 @@ class Runner:
             "recoveries": counts["lease_expired"],
             "stale_commits_rejected": counts["stale_commit_rejected"],
             "near_duplicate_groups": len(groups),
+            "skipped_files": self.skipped,
             "state_dir": str(self.state_dir),
         }
         if self.opts.as_json:
@@ -383,6 +386,9 @@ class Runner:
             self.console.print(line, highlight=False, soft_wrap=True, markup=False)
         for key, value in summary["destinations"].items():
             self.console.print(f"{key}: {value}", highlight=False)
+        if summary["skipped_files"]:  # nothing left out silently
+            left_out = skipped_text(summary["skipped_files"])
+            self.console.print(f"left out of the job: {left_out}", highlight=False)
         self.console.print(
             f"worker restarts {summary['worker_restarts']}, lease recoveries {summary['recoveries']}, "
             f"stale commits rejected {summary['stale_commits_rejected']}, "

@@ -28,6 +28,7 @@ import pillow_heif
 from PIL import Image, UnidentifiedImageError
 
 from photos.errors import UnreadableImage, describe_content
+from photos.raw import is_raw, raw_facts, raw_pixels
 
 pillow_heif.register_heif_opener()
 
@@ -78,6 +79,8 @@ def analyze(path: str | os.PathLike[str], *, max_pixels: int = DEFAULT_MAX_PIXEL
             size, sha256 = _hash_stream(fh)
             if size == 0:
                 raise UnreadableImage(path, "file is empty (0 bytes)")
+            if is_raw(path):
+                return _analyze_raw(path, size, sha256, max_pixels)
             fh.seek(0)
             return _analyze_open(path, fh, size, sha256, max_pixels)
     except UnreadableImage:
@@ -147,6 +150,34 @@ def _analyze_open(path: Path, fh: Any, size: int, sha256: str, max_pixels: int) 
         "width": width,
         "height": height,
         **exif,
+        "file_size": size,
+        "sha256": sha256,
+        "phash": str(imagehash.phash(work)),
+        "dhash": str(imagehash.dhash(work)),
+        "sharpness": sharpness(work),
+        "exposure": exposure(work),
+        "colors": dominant_colors(work),
+    }
+
+
+def _analyze_raw(path: Path, size: int, sha256: str, max_pixels: int) -> dict[str, Any]:
+    """A camera raw: the facts from its metadata, the pixel measures from its embedded preview (or
+    LibRaw's demosaic, ``pixels_from`` says which); never written, never opened by Pillow."""
+    facts = raw_facts(path)
+    width, height = facts["width"], facts["height"]
+    if width and height and width * height > max_pixels:
+        raise UnreadableImage(
+            path, f"refused as a decompression bomb: {width}x{height} = {width * height} pixels "
+            f"exceeds the limit of {max_pixels}",
+        )  # fmt: skip
+    pixels = raw_pixels(path, facts["orientation"])
+    if not (width and height):  # the metadata did not say: the picture's own size
+        facts["width"], facts["height"] = pixels.image.size
+    work = _working_image(pixels.image)
+    return {
+        **facts,
+        "raw": True,
+        "pixels_from": pixels.source,
         "file_size": size,
         "sha256": sha256,
         "phash": str(imagehash.phash(work)),

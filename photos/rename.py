@@ -276,8 +276,11 @@ def taken_now(path: Path | str, default: str | None = None) -> str | None:
     from PIL import Image
 
     from photos.analyze import parse_exif_datetime  # also registers the HEIF opener
+    from photos.raw import is_raw, raw_taken
 
     try:
+        if is_raw(path):  # a raw's time as photo apps read it: its sidecar's (a shift), else its own
+            return raw_taken(path)
         with Image.open(path) as img:
             return parse_exif_datetime(img.getexif().get_ifd(0x8769).get(0x9003))
     except Exception:  # a format Pillow does not read, unreadable EXIF: keep what the caller knew

@@ -13,7 +13,8 @@ shift in ``exif:DateTimeOriginal``):
   ``IMG_0001.JPG`` would both claim ``IMG_0001.xmp``).
 
 Both names travel with their raw as one unit (:func:`companions`): a rename, an archive move or an
-upload takes the raw and its sidecars together, renamed to the raw's new name.
+upload takes the raw and its sidecars together, renamed to the raw's new name (a darktable
+``IMG_0002.JPG.xmp`` travels with its JPEG the same way).
 """
 
 from __future__ import annotations
@@ -55,14 +56,13 @@ def _entries(folder: Path) -> dict[str, str]:
 
 
 def companions(photo: str | os.PathLike[str]) -> list[Path]:
-    """The sidecars that belong to ``photo`` (a raw): ``NAME.EXT.xmp`` first, then ``NAME.xmp``,
-    as found on disk (any case); empty for a photo that is not a raw."""
+    """The sidecars that belong to ``photo``, as found on disk (any case): ``NAME.EXT.xmp``
+    (darktable writes one for any photo), and for a raw then ``NAME.xmp`` (Lightroom's)."""
     photo = Path(photo)
-    if not is_raw(photo):
-        return []
     names = _entries(photo.parent)
     found = []
-    for wanted in (f"{photo.name}{SUFFIX}", f"{photo.stem}{SUFFIX}"):
+    wanted_names = [f"{photo.name}{SUFFIX}"] + ([f"{photo.stem}{SUFFIX}"] if is_raw(photo) else [])
+    for wanted in wanted_names:
         name = names.get(wanted.casefold())
         if name is not None and (photo.parent / name).is_file():
             found.append(photo.parent / name)
@@ -71,7 +71,7 @@ def companions(photo: str | os.PathLike[str]) -> list[Path]:
 
 def sidecar_of(raw: str | os.PathLike[str]) -> Path | None:
     """The sidecar a raw's metadata is written to now: the first of :func:`companions`, or None."""
-    found = companions(raw)
+    found = companions(raw) if is_raw(raw) else []
     return found[0] if found else None
 
 

@@ -116,11 +116,15 @@ def record(
     sha256: str | None,
     worker: str | None,
     base_sha256: str | None = None,
+    companion: bool = False,
 ) -> int:
     """Record an intent in the caller's fenced session; ``TargetTaken`` if another live intent
     already names the target (the unique index on live targets decides). ``sha256`` is the
-    content the effect produces, ``base_sha256`` the content the target has now (None: new name)."""
+    content the effect produces, ``base_sha256`` the content the target has now (None: new name).
+    A ``companion`` intent moves or writes a file that travels with the photo (a raw's XMP
+    sidecar): it names no photo, so settling it never moves the photo's row."""
     lock_item(s, lease.item_id)
+    photo_id = None if companion else lease.photo_id
     try:
         with s.begin_nested():
             intent_id = s.execute(
@@ -128,7 +132,7 @@ def record(
                 .values(
                     item_id=lease.item_id,
                     token=lease.token,
-                    photo_id=lease.photo_id,
+                    photo_id=photo_id,
                     kind=kind,
                     staged=staged,
                     target=target,
@@ -295,14 +299,21 @@ def settle_orphans(engine: Engine, limit: int = 100) -> int:
             rows = s.execute(
                 select(Intent).where(Intent.item_id == item_id, Intent.state == RECORDED).order_by(Intent.id)
             ).scalars()
+            # A raw and its sidecars move as one unit: once the photo's move landed, the sidecars'
+            # recorded moves are finished too (both or neither), never discarded.
+            landed = _photo_moved(s, item_id)
             for intent in list(rows):
                 row = _row(intent)
                 try:
-                    verdict = recovery.settle_on_disk(row.effect(), may_apply=False, tag=f"sweep{row.id}")
+                    verdict = recovery.settle_on_disk(
+                        row.effect(), may_apply=landed and row.photo_id is None, tag=f"sweep{row.id}"
+                    )
                 except OSError as exc:
                     log.warning("cannot settle intent %s yet: %s", row.id, exc)
                     continue
                 settled += _settle_stopped(s, item, row, verdict)
+                moved = row.kind == "move" and row.photo_id is not None
+                landed = landed or (moved and verdict.settles_as == APPLIED)
             _release_if_settled(s, item_id)
         # Locks no lease and no live intent owns (e.g. left by an older version): release them.
         s.execute(
@@ -312,6 +323,23 @@ def settle_orphans(engine: Engine, limit: int = 100) -> int:
             )
         )
     return settled
+
+
+def _photo_moved(s: Session, item_id: int) -> bool:
+    """True when the item already moved its photo (an applied move naming the photo)."""
+    return (
+        s.execute(
+            select(Intent.id)
+            .where(
+                Intent.item_id == item_id,
+                Intent.state == APPLIED,
+                Intent.kind == "move",
+                Intent.photo_id.is_not(None),
+            )
+            .limit(1)
+        ).scalar_one_or_none()
+        is not None
+    )
 
 
 def _follow_photo(s: Session, photo_id: int, values: dict[str, Any]) -> bool:
