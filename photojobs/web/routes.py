@@ -40,7 +40,6 @@ MAX_PATH = 4096
 MAX_COMPONENT = 255
 MAX_PATHS = 10_000
 
-Cursor = Annotated[int, Query(ge=0, le=MAX_CURSOR)]
 JobId = Annotated[int, Path(ge=1, le=MAX_CURSOR, description="a job id")]
 JobFilter = Annotated[int | None, Query(ge=1, le=MAX_CURSOR, description="only this job's events")]
 PathText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH)]
