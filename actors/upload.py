@@ -1,14 +1,22 @@
-"""The ``upload`` lane: to a local folder (staged + no-clobber publish) or S3 (conditional, resumable)."""
+"""The ``upload`` lane: to a local folder (staged + no-clobber publish) or S3 (conditional, resumable).
+
+A raw's XMP sidecars go with it, named after the raw's key as they are named after the raw on disk
+(``IMG_0001.CR2.xmp`` -> KEY + ``.xmp``, ``IMG_0001.xmp`` -> the key's stem + ``.xmp``): locally
+all published under one unit of intents (recorded together, photo first), to S3 as objects of
+their own after the photo (conditional, content-addressed: a repeat is a no-op)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from middleware import failpoints
 from middleware.context import ItemContext
 from photos import fileops
+from photos.errors import PhotoError
+from photos.sidecar import companion_target, companions
 from photos.upload import LocalTarget, S3Target, object_key, parse_target
 
 from .common import destination_root, facts_for, fallback_time, params, photo_path, readable_roots
@@ -34,27 +42,67 @@ def upload(ctx: ItemContext) -> dict[str, Any]:
     facts = {**facts, "sha256": sha}
     key = object_key(opts.get("key"), facts, path, fallback_time(facts, path))
     target = spec.connect()
+    sidecars = [(c, sidecar_key(c, path, key), fileops.sha256_file(c)) for c in companions(path)]
     if isinstance(target, S3Target):
         ctx.check()
         result = target.upload(
             path, key, sha, checkpoint=ctx.saved_checkpoint, save_checkpoint=ctx.checkpoint
         )
+        extra = {}
+        if sidecars:
+            failpoints.hit("upload.between_unit_moves")
+            extra["sidecars"] = [target.upload(c, c_key, c_sha).location for c, c_key, c_sha in sidecars]
         return {
             "location": result.location,
             "key": result.key,
             "sha256": sha,
             "already_present": result.already_present,
+            **extra,
         }
     assert isinstance(target, LocalTarget)
     dest = target.destination(key)
     effects.sweep_temps(dest.parent)
-    if dest.exists() and fileops.sha256_file(dest) == sha:
-        return {"location": str(dest), "key": key, "sha256": sha, "already_present": True}
-    staged = target.stage(path, key, sha, effects.tag)
+    # the photo and its sidecars, each unless the same content is there already
+    unit = [(path, key, sha, False)] + [(c, c_key, c_sha, True) for c, c_key, c_sha in sidecars]
+    todo = [(f, k, h, comp) for f, k, h, comp in unit if not _present(target.destination(k), h)]
+    locations = [str(target.destination(k)) for _, k, _, comp in unit if comp]
+    side = {"sidecars": locations} if locations else {}
+    if not todo:
+        return {"location": str(dest), "key": key, "sha256": sha, "already_present": True, **side}
+    for f, k, _, comp in todo:
+        taken = target.destination(k)
+        if comp and os.path.lexists(taken):  # another sidecar under that key: never clobbered
+            raise PhotoError(f, f"conflict: {taken} exists with other content; not overwritten")
+    staged = [target.stage(f, k, h, effects.tag) for f, k, h, _ in todo]
     failpoints.hit("upload.after_stage")
     ctx.check()
-    intent = effects.record(kind="publish", staged=staged, target=dest, source=path, sha256=sha)
-    applied = effects.apply_and_mark(
-        intent, kind="publish", staged=staged, target=dest, source=None, sha256=sha
-    )
-    return result_of(applied, location=str(Path(applied.target)), key=key, sha256=sha, already_present=False)
+    intents = effects.record_unit(
+        [
+            {"kind": "publish", "staged": st, "target": target.destination(k), "source": f, "sha256": h,
+             "companion": comp}
+            for st, (f, k, h, comp) in zip(staged, todo, strict=True)
+        ]
+    )  # fmt: skip
+    applied = None
+    for i, (intent, st, (_, k, h, comp)) in enumerate(zip(intents, staged, todo, strict=True)):
+        if i:
+            failpoints.hit("upload.between_unit_moves")
+        done = effects.apply_and_mark(
+            intent, kind="publish", staged=st, target=target.destination(k), source=None, sha256=h,
+            companion=comp,
+        )  # fmt: skip
+        applied = applied or (None if comp else done)
+    if applied is None:  # only sidecars were missing: the photo was there already
+        return {"location": str(dest), "key": key, "sha256": sha, "already_present": True, **side}
+    where = str(Path(applied.target))
+    return result_of(applied, location=where, key=key, sha256=sha, already_present=False, **side)
+
+
+def sidecar_key(sidecar: Path, photo: Path, key: str) -> str:
+    """The key a raw's sidecar is uploaded under: named after the raw's key as it is named after the
+    raw (``IMG_0001.CR2.xmp`` -> ``KEY.xmp``, ``IMG_0001.xmp`` -> ``KEY-stem.xmp``)."""
+    return str(companion_target(sidecar, photo, PurePosixPath(key)))  # type: ignore[arg-type]
+
+
+def _present(dest: Path, sha: str) -> bool:
+    return dest.is_file() and not dest.is_symlink() and fileops.sha256_file(dest) == sha

@@ -174,3 +174,45 @@ def write_sidecar(raw: str | os.PathLike[str], edit: ExifEdit) -> tuple[Path, by
         if not out.is_file():
             raise PhotoError(target, "exiftool reported success but wrote no sidecar")
         return target, out.read_bytes(), before
+
+
+def read_sidecar(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What a sidecar says, as photo apps read it: ``keywords`` (list), ``hierarchical`` (list),
+    ``description``, ``rating``, ``artist``, ``copyright``, ``taken`` (ISO, a shifted time)."""
+    path = Path(path)
+    tool = _tool(path)
+    out = tool.execute(
+        "-j", "-struct", "-n", "-XMP-dc:Subject", "-XMP-lr:HierarchicalSubject", "-XMP-dc:Description",
+        "-XMP-xmp:Rating", "-XMP-dc:Creator", "-XMP-dc:Rights", "-XMP-exif:DateTimeOriginal",
+        os.path.abspath(path), retry_if_died=True,
+    )  # fmt: skip
+    try:
+        record = json.loads(out, parse_int=str, parse_float=str)[0] if out.strip() else {}
+    except (ValueError, IndexError) as exc:
+        raise PhotoError(path, "exiftool gave unreadable output for the sidecar") from exc
+
+    def listed(value: Any) -> list[str]:
+        return (
+            [] if value in (None, "") else [str(v) for v in (value if isinstance(value, list) else [value])]
+        )
+
+    def text(value: Any) -> str | None:
+        if isinstance(value, dict):
+            value = value.get("x-default") or next(iter(value.values()), None)
+        if isinstance(value, list):
+            value = "; ".join(map(str, value))
+        return str(value) if value not in (None, "") else None
+
+    rating = record.get("Rating")
+    taken = text(record.get("DateTimeOriginal"))
+    from photos.raw import iso_time
+
+    return {
+        "keywords": listed(record.get("Subject")),
+        "hierarchical": listed(record.get("HierarchicalSubject")),
+        "description": text(record.get("Description")),
+        "rating": int(float(rating)) if rating not in (None, "") else None,
+        "artist": text(record.get("Creator")),
+        "copyright": text(record.get("Rights")),
+        "taken": iso_time(taken) if taken else None,
+    }

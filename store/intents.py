@@ -299,8 +299,8 @@ def settle_orphans(engine: Engine, limit: int = 100) -> int:
             rows = s.execute(
                 select(Intent).where(Intent.item_id == item_id, Intent.state == RECORDED).order_by(Intent.id)
             ).scalars()
-            # A raw and its sidecars move as one unit: once the photo's move landed, the sidecars'
-            # recorded moves are finished too (both or neither), never discarded.
+            # A raw and its sidecars move (or upload) as one unit: once the photo's effect landed,
+            # the sidecars' recorded ones are finished too (both or neither), never discarded.
             landed = _photo_moved(s, item_id)
             for intent in list(rows):
                 row = _row(intent)
@@ -312,7 +312,7 @@ def settle_orphans(engine: Engine, limit: int = 100) -> int:
                     log.warning("cannot settle intent %s yet: %s", row.id, exc)
                     continue
                 settled += _settle_stopped(s, item, row, verdict)
-                moved = row.kind == "move" and row.photo_id is not None
+                moved = row.kind in ("move", "publish") and row.photo_id is not None
                 landed = landed or (moved and verdict.settles_as == APPLIED)
             _release_if_settled(s, item_id)
         # Locks no lease and no live intent owns (e.g. left by an older version): release them.
@@ -326,14 +326,14 @@ def settle_orphans(engine: Engine, limit: int = 100) -> int:
 
 
 def _photo_moved(s: Session, item_id: int) -> bool:
-    """True when the item already moved its photo (an applied move naming the photo)."""
+    """True when the item already moved (or published) its photo: an applied intent naming it."""
     return (
         s.execute(
             select(Intent.id)
             .where(
                 Intent.item_id == item_id,
                 Intent.state == APPLIED,
-                Intent.kind == "move",
+                Intent.kind.in_(("move", "publish")),
                 Intent.photo_id.is_not(None),
             )
             .limit(1)
