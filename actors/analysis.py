@@ -4,19 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from middleware import failpoints
 from middleware.context import ItemContext
 from photos.analyze import DEFAULT_MAX_PIXELS, analyze
+from photos.containment import pin_inside
 from store.intents import set_photo_hash
 
-from .common import params, photo_path
+from .common import params, photo_path, readable_roots
 from .lane import lane_actor
 
 
 @lane_actor("analysis")
 def analysis(ctx: ItemContext) -> dict[str, Any]:
     path = photo_path(ctx)
-    ctx.check()
-    facts = analyze(path, max_pixels=int(params(ctx).get("max_pixels", DEFAULT_MAX_PIXELS)))
+    # Every byte analysed (Pillow, exiftool, LibRaw) is read from the inode checked here, through
+    # its descriptor: a symlink swapped in at the photo's path afterwards is never read.
+    with pin_inside(path, readable_roots(ctx) or None, resolve_roots=False) as pinned:
+        failpoints.hit("analysis.after_check")
+        ctx.check()
+        with pinned.as_photo():
+            facts = analyze(pinned.name, max_pixels=int(params(ctx).get("max_pixels", DEFAULT_MAX_PIXELS)))
     ctx.check()
     photo_id = ctx.lease.photo_id
     if photo_id is not None:  # recorded in the same commit as the item's success

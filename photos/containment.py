@@ -7,11 +7,17 @@ say where an outside path leads nor what it holds.
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
-from collections.abc import Iterable, Sequence
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
-from photos.errors import OutsideRoot
+from photos.errors import OutsideRoot, PhotoError
 
 PHOTO_ROOTS = "the photo roots"
 
@@ -59,7 +65,8 @@ def open_inside(
     """Open ``path`` read-only and return the descriptor, checking the file actually opened: where
     the kernel says the descriptor points (``/proc/self/fd``) must be inside ``roots``. A symlink
     swapped in after any earlier check is caught here, before a byte is read."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    # non-blocking: a FIFO swapped in must not hang the worker (no effect on a regular file)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
     try:
         link = f"/proc/self/fd/{fd}"
         real = Path(os.readlink(link)) if os.path.exists(link) else Path(path).resolve()
@@ -84,3 +91,112 @@ def check_relative(root: str | os.PathLike[str], relpath: str) -> Path:
     if target.is_symlink() and not is_within(pointed := target.resolve(), [real_root]):
         raise OutsideRoot(relpath, f"is a symlink to {pointed}, which is outside the root {real_root}")
     return target
+
+
+class Pinned:
+    """One file opened through :func:`open_inside` and kept open: every read of it — by this
+    process (:attr:`fd`, :meth:`sha256`) or by another program given :attr:`name` (exiftool,
+    LibRaw) — reads exactly the inode that was checked, whatever happens to its path afterwards.
+
+    :attr:`name` is ``<private folder>/<the photo's own file name>``, a symlink to
+    ``/proc/<this pid>/fd/<fd>`` (the kernel's link to the open file, not a path lookup): it keeps
+    the photo's name and extension (format detection, messages) and no other name can be swapped
+    under it (the folder is this process's, mode 0700). Where ``/proc`` is missing the folder
+    holds a copy read through the descriptor instead."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self.fd = fd
+        self.stat = os.fstat(fd)
+        self._folder = Path(tempfile.mkdtemp(prefix="pj-pin-"))
+        self.name = self._folder / (path.name or "photo")
+        magic = f"/proc/{os.getpid()}/fd/{fd}"
+        if os.path.exists(magic):
+            os.symlink(magic, self.name)
+        else:  # no /proc: a private copy of the checked bytes
+            with open(self.name, "wb") as out:
+                for chunk in self._chunks():
+                    out.write(chunk)
+
+    def _chunks(self) -> Iterator[bytes]:
+        offset = 0
+        while chunk := os.pread(self.fd, 1024 * 1024, offset):
+            offset += len(chunk)
+            yield chunk
+
+    def sha256(self) -> str:
+        """Hex SHA-256 of the pinned file's bytes (read through the descriptor)."""
+        digest = hashlib.sha256()
+        for chunk in self._chunks():
+            digest.update(chunk)
+        return digest.hexdigest()
+
+    def still_at(self, path: str | os.PathLike[str] | None = None) -> bool:
+        """Whether ``path`` (default: the path pinned) is still this very file: a regular file, not
+        a symlink, with the same device and inode."""
+        try:
+            st = os.lstat(self.path if path is None else path)
+        except OSError:
+            return False
+        same = (st.st_dev, st.st_ino) == (self.stat.st_dev, self.stat.st_ino)
+        return stat.S_ISREG(st.st_mode) and same
+
+    def link(self, dest: str | os.PathLike[str]) -> None:
+        """Give the pinned inode the new name ``dest`` (a hard link made from the descriptor, so a
+        symlink swapped in at the photo's path is never what gets linked); ``OSError`` as
+        ``os.link`` raises it (``EXDEV``, ``EPERM`` where the filesystem has no hard links)."""
+        magic = f"/proc/self/fd/{self.fd}"
+        if not os.path.exists(magic):
+            raise OSError(errno.ENOSYS, "no /proc to link an open file from", str(dest))
+        folder = os.open(self._folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:  # a dir fd makes CPython call linkat (AT_SYMLINK_FOLLOW follows the /proc link)
+            os.link(magic, dest, src_dir_fd=folder, follow_symlinks=True)
+        finally:
+            os.close(folder)
+
+    @contextmanager
+    def as_photo(self) -> Iterator[None]:
+        """Errors about :attr:`name` are re-raised naming the photo's path instead."""
+        try:
+            yield
+        except PhotoError as exc:
+            if exc.path != str(self.name):
+                raise
+            reason = exc.reason.replace(str(self.name), str(self.path))
+            try:
+                renamed = type(exc)(self.path, reason)
+            except TypeError:  # pragma: no cover - every PhotoError takes (path, reason)
+                raise exc from None
+            raise renamed from exc
+
+    def close(self) -> None:
+        shutil.rmtree(self._folder, ignore_errors=True)
+        os.close(self.fd)
+
+
+@contextmanager
+def pin_inside(
+    path: str | os.PathLike[str],
+    roots: Sequence[str | os.PathLike[str]] | None,
+    *,
+    what: str = PHOTO_ROOTS,
+    resolve_roots: bool = True,
+) -> Iterator[Pinned]:
+    """Open ``path`` checked inside ``roots`` (:func:`open_inside`; ``None``: an unconfined job,
+    nothing to check against) and yield it :class:`Pinned`; closed (and its private name removed)
+    at the end. Only regular files are pinned."""
+    if roots is None:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
+    else:
+        fd = open_inside(path, roots, what=what, resolve_roots=resolve_roots)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PhotoError(path, "is not a regular file")
+        pinned = Pinned(Path(path), fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        yield pinned
+    finally:
+        pinned.close()
