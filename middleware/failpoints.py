@@ -2,6 +2,8 @@
 
 ``PHOTOJOBS_FAILPOINTS=rename.after_record,exif.after_stage:stop`` makes the worker process SIGKILL
 itself (or, with ``:stop``, SIGSTOP itself — a frozen worker) when it reaches a named boundary.
+With ``:wait`` it pauses there instead: it creates ``{name}.reached`` in ``PHOTOJOBS_FAILPOINT_DIR``
+and goes on once ``{name}.go`` appears there (a test changes the disk inside the gap meanwhile).
 """
 
 from __future__ import annotations
@@ -9,6 +11,10 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
+
+#: How long a ``:wait`` failpoint waits for its ``.go`` file before going on anyway.
+WAIT_LIMIT = 300.0
 
 
 def hit(name: str) -> None:
@@ -19,7 +25,9 @@ def hit(name: str) -> None:
         point, _, action = entry.strip().partition(":")
         if point != name:
             continue
-        if action == "stop":
+        if action == "wait":
+            _wait(name)
+        elif action == "stop":
             from middleware.heartbeat import BEAT_LOCK
 
             with BEAT_LOCK:  # freeze outside any heartbeat transaction
@@ -29,3 +37,14 @@ def hit(name: str) -> None:
                 time.sleep(1.0)
         else:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _wait(name: str) -> None:
+    folder = os.environ.get("PHOTOJOBS_FAILPOINT_DIR")
+    if not folder:
+        raise RuntimeError(f"failpoint {name}:wait needs PHOTOJOBS_FAILPOINT_DIR")
+    (Path(folder) / f"{name}.reached").touch()
+    go = Path(folder) / f"{name}.go"
+    deadline = time.monotonic() + WAIT_LIMIT
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)  # the worker polls; the test releases it by creating the file
