@@ -28,6 +28,7 @@ unit: $(STAMP)
 
 chaos: $(STAMP)
 	PHOTOJOBS_CHAOS_SECONDS=$${PHOTOJOBS_CHAOS_SECONDS:-300} $(PY) -m pytest -q -m slow tests/chaos $(PYTEST_ARGS)
+	PHOTOJOBS_FUZZ_EXAMPLES=$${PHOTOJOBS_FUZZ_EXAMPLES:-300} $(PY) -m pytest -q tests/integration/test_api_fuzz.py $(PYTEST_ARGS)
 
 # The 1M-item EXPLAIN check of every hot-path statement on both stores (minutes; not in make test).
 scale: $(STAMP)
