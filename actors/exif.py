@@ -11,13 +11,14 @@ from typing import Any
 from middleware import failpoints
 from middleware.context import ItemContext
 from photos import fileops
+from photos.containment import pin_inside
 from photos.errors import PhotoError
 from photos.exif import ExifEdit, write_metadata
 from photos.raw import is_raw
 from photos.rename import taken_now
 from photos.sidecar import write_sidecar
 
-from .common import params, photo_path
+from .common import params, photo_path, readable_roots
 from .effects import FileEffects, result_of
 from .lane import lane_actor
 
@@ -34,12 +35,21 @@ def exif(ctx: ItemContext) -> dict[str, Any]:
     edit = ExifEdit.from_params(edit_params)  # analysis results stay in the store, not in the photo
     if is_raw(path):
         return _raw_sidecar(ctx, effects, path, edit, sorted(edit_params))
-    before = fileops.sha256_file(path)
-    staged = fileops.staged_path(path, effects.tag)
-    write_metadata(path, staged, edit)
+    # exiftool and Pillow read exactly the inode checked here (never a symlink swapped in later),
+    # and the base the intent records is that inode's content
+    with pin_inside(path, readable_roots(ctx) or None, resolve_roots=False) as pinned:
+        failpoints.hit("exif.after_check")
+        before = pinned.sha256()
+        staged = fileops.staged_path(path, effects.tag)
+        with pinned.as_photo():
+            write_metadata(pinned.name, staged, edit)
     failpoints.hit("exif.after_stage")
     try:
+        if not pinned.still_at():  # what is at the path now is not the photo that was edited
+            raise PhotoError(path, "was replaced while its metadata was written; nothing was written")
         ctx.check()  # last safe point: nothing recorded yet
+        # a shift records the capture time the edit gives (read from the staged result, not the path)
+        moved = {"taken": taken_now(staged)} if edit.shift else {}
     except BaseException:
         staged.unlink(missing_ok=True)
         raise
@@ -50,8 +60,6 @@ def exif(ctx: ItemContext) -> dict[str, Any]:
     applied = effects.apply_and_mark(
         intent, kind="replace", staged=staged, target=path, source=path, sha256=after
     )
-    # a shift records the capture time the photo has now (later lanes read the same from the file)
-    moved = {"taken": taken_now(path)} if edit.shift else {}
     return result_of(applied, sha256_before=before, sha256=after, fields=sorted(edit_params), **moved)
 
 
@@ -60,7 +68,7 @@ def _raw_sidecar(
 ) -> dict[str, Any]:
     """A raw's edit goes to its XMP sidecar (updated in place, or created next to it), exactly once;
     the raw itself stays byte-identical."""
-    raw_sha = fileops.sha256_file(raw)
+    raw_sha = fileops.sha256_file(raw, roots=readable_roots(ctx) or None)
     target, content, before = write_sidecar(raw, edit)
     if content is None or content == before:
         return {"target": str(target), "unchanged": True, "sidecar": str(target), "fields": fields}
@@ -81,7 +89,8 @@ def _raw_sidecar(
     applied = effects.apply_and_mark(
         intent, kind=kind, staged=staged, target=target, source=None, sha256=after, companion=True
     )
-    if fileops.sha256_file(raw) != raw_sha:  # never expected: nothing here opens the raw for writing
+    # never expected: nothing here opens the raw for writing
+    if fileops.sha256_file(raw, roots=readable_roots(ctx) or None) != raw_sha:
         raise PhotoError(raw, "the raw changed while its sidecar was written")
     moved = {"taken": taken_now(raw)} if edit.shift else {}
     return result_of(
