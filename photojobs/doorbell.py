@@ -90,7 +90,7 @@ class Doorbell:
         if pubsub is not None:
             try:
                 pubsub.close()
-            except Exception:  # noqa: BLE001 - closing on the way out
+            except Exception:  # noqa: S110, BLE001 - closing on the way out
                 pass
 
     def _run(self) -> None:

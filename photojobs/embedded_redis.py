@@ -214,7 +214,7 @@ class EmbeddedRedis:
         if len(os.fsencode(str(preferred))) <= MAX_SOCKET_PATH:
             return preferred
         digest = hashlib.sha256(os.fsencode(str(self.state_dir))).hexdigest()[:16]
-        return Path("/tmp") / f"photojobs-redis-{digest}" / SOCKET_NAME
+        return Path("/tmp") / f"photojobs-redis-{digest}" / SOCKET_NAME  # noqa: S108 - a per-state-folder socket dir (name from a hash), created 0700 and checked
 
     def _prepare_dirs(self) -> None:
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -345,7 +345,7 @@ class EmbeddedRedis:
         with os.fdopen(log_fd, "ab") as log:
             # Errors before redis opens its logfile (bad config) go to stderr: keep them in the log.
             # umask 077: the pid file and the log redis creates are private like the socket (700).
-            self._process = subprocess.Popen(
+            self._process = subprocess.Popen(  # noqa: S603 - argv is our redis-server path and a config we wrote, no shell
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,

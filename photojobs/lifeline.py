@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ENV_FD = "PHOTOJOBS_LIFELINE_FD"
-ENV_TOKEN = "PHOTOJOBS_FLEET_TOKEN"
+ENV_TOKEN = "PHOTOJOBS_FLEET_TOKEN"  # noqa: S105 - the name of an environment variable, not a secret
 EXIT_ORPHANED = 70
 
 log = logging.getLogger(__name__)

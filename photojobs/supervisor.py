@@ -295,7 +295,7 @@ class Supervisor:
         env[ENV_TOKEN] = self.token
         log = self._open_log(slot.index)
         try:
-            proc = subprocess.Popen(
+            proc = subprocess.Popen(  # noqa: S603 - argv is this Python and our worker module, no shell
                 argv,
                 env=env,
                 cwd=self.cwd,

@@ -1,3 +1,5 @@
+# ruff: noqa: S608 - every statement here is text built once per process from constant fragments (the
+# dialect's clock expression, fixed column lists and clauses); every value is a bound parameter.
 """The per-item path's SQL, written once per dialect and executed with bound parameters.
 
 Why text and not ORM/Core expressions here: building an expression, generating its cache key and

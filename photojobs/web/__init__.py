@@ -31,7 +31,7 @@ from .limits import BodyLimit, LoginLimiter
 from .sse import Sequencer
 
 STATIC = Path(__file__).parent / "static"
-TOKEN_ENV = "PHOTOJOBS_API_TOKEN"
+TOKEN_ENV = "PHOTOJOBS_API_TOKEN"  # noqa: S105 - the name of an environment variable, not a secret
 DEFAULT_MAX_BODY = 1 << 20
 SESSION_IDLE = 30 * 60  # PHOTOJOBS_SESSION_IDLE: a session unused this long ends
 SESSION_MAX_AGE = 12 * 3600  # PHOTOJOBS_SESSION_MAX_AGE: every session ends this long after login
