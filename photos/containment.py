@@ -104,10 +104,12 @@ class Pinned:
     under it (the folder is this process's, mode 0700). Where ``/proc`` is missing the folder
     holds a copy read through the descriptor instead."""
 
-    def __init__(self, path: Path, fd: int) -> None:
+    def __init__(self, path: Path, fd: int, entry: os.stat_result) -> None:
         self.path = path
         self.fd = fd
         self.stat = os.fstat(fd)
+        #: what the path itself was when it was opened (``lstat``): the file, or a symlink to it
+        self.entry = entry
         self._folder = Path(tempfile.mkdtemp(prefix="pj-pin-"))
         self.name = self._folder / (path.name or "photo")
         magic = f"/proc/{os.getpid()}/fd/{fd}"
@@ -131,15 +133,22 @@ class Pinned:
             digest.update(chunk)
         return digest.hexdigest()
 
-    def still_at(self, path: str | os.PathLike[str] | None = None) -> bool:
-        """Whether ``path`` (default: the path pinned) is still this very file: a regular file, not
-        a symlink, with the same device and inode."""
+    @property
+    def is_link(self) -> bool:
+        """The path was a symlink (to a file inside the roots) when it was pinned."""
+        return stat.S_ISLNK(self.entry.st_mode)
+
+    def still_at(self) -> bool:
+        """Whether the path still is what was pinned: the same directory entry (device, inode and
+        type; for a regular file that is the pinned file itself), not something swapped in."""
         try:
-            st = os.lstat(self.path if path is None else path)
+            st = os.lstat(self.path)
         except OSError:
             return False
-        same = (st.st_dev, st.st_ino) == (self.stat.st_dev, self.stat.st_ino)
-        return stat.S_ISREG(st.st_mode) and same
+        was = self.entry
+        return (st.st_dev, st.st_ino, stat.S_IFMT(st.st_mode)) == (
+            was.st_dev, was.st_ino, stat.S_IFMT(was.st_mode)
+        )  # fmt: skip
 
     def link(self, dest: str | os.PathLike[str]) -> None:
         """Give the pinned inode the new name ``dest`` (a hard link made from the descriptor, so a
@@ -185,14 +194,21 @@ def pin_inside(
     """Open ``path`` checked inside ``roots`` (:func:`open_inside`; ``None``: an unconfined job,
     nothing to check against) and yield it :class:`Pinned`; closed (and its private name removed)
     at the end. Only regular files are pinned."""
+    try:
+        entry = os.lstat(path)
+    except FileNotFoundError:
+        raise PhotoError(path, "file not found (deleted or moved after submission)") from None
     if roots is None:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
     else:
         fd = open_inside(path, roots, what=what, resolve_roots=resolve_roots)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise PhotoError(path, "is not a regular file")
-        pinned = Pinned(Path(path), fd)
+        if stat.S_ISREG(entry.st_mode) and (entry.st_dev, entry.st_ino) != (st.st_dev, st.st_ino):
+            raise PhotoError(path, "was replaced while it was being opened")
+        pinned = Pinned(Path(path), fd, entry)
     except BaseException:
         os.close(fd)
         raise

@@ -41,13 +41,20 @@ _NO_LINK_ERRNOS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, e
 
 
 def sha256_file(
-    path: str | os.PathLike[str], *, roots: Sequence[str | os.PathLike[str]] | None = None
+    path: str | os.PathLike[str],
+    *,
+    roots: Sequence[str | os.PathLike[str]] | None = None,
+    nofollow: bool = False,
 ) -> str:
     """Hex SHA-256 of a file, read in 1 MiB chunks. With ``roots`` (recorded already resolved) the
     file actually opened must lie inside them (:func:`photos.containment.open_inside`): a hash taken
-    this way ties later work that verifies it (a staged copy, an S3 checksum) to a file inside."""
+    this way ties later work that verifies it (a staged copy, an S3 checksum) to a file inside.
+    With ``nofollow`` a symlink at ``path`` is refused (``OSError`` ELOOP), never followed."""
     digest = hashlib.sha256()
-    if roots is None:
+    if nofollow:
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        fh = os.fdopen(os.open(path, flags | getattr(os, "O_NONBLOCK", 0)), "rb")
+    elif roots is None:
         fh = open(path, "rb")  # noqa: SIM115 - closed below
     else:
         fh = os.fdopen(open_inside(path, roots, resolve_roots=False), "rb")

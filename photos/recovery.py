@@ -64,11 +64,12 @@ class Verdict:
 
 
 def content_of(path: str | os.PathLike[str]) -> str | None:
-    """SHA-256 of a regular file, None when there is no (readable) file."""
+    """SHA-256 of a regular file, None when there is no (readable) file. A symlink is not followed
+    (None): whatever a name swapped for a symlink points to is never read."""
     try:
-        if not os.path.isfile(path):
+        if os.path.islink(path) or not os.path.isfile(path):
             return None
-        return fileops.sha256_file(path)
+        return fileops.sha256_file(path, nofollow=True)
     except OSError:
         return None
 
