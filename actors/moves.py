@@ -6,17 +6,20 @@ sidecars' moves once the photo's landed (both or neither)."""
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Any
 
 from middleware import failpoints
 from middleware.context import ItemContext
 from photos import fileops
+from photos.containment import Pinned, pin_inside
 from photos.errors import PhotoError
 from photos.recovery import link_staged
 from photos.rename import resolve_target, with_suffix
 from photos.sidecar import companion_target, companions
 
+from .common import readable_roots
 from .effects import FileEffects, TargetTaken, result_of
 
 MAX_SUFFIX = 10_000
@@ -25,10 +28,24 @@ MAX_SUFFIX = 10_000
 def move_photo(
     ctx: ItemContext, effects: FileEffects, src: Path, root: Path, relpath: str, notes: list[str]
 ) -> dict[str, Any]:
-    """Move ``src`` to ``root/relpath`` (or the first free ``_N`` suffix), exactly once."""
+    """Move ``src`` to ``root/relpath`` (or the first free ``_N`` suffix), exactly once.
+
+    The photo is pinned (``containment.pin_inside``) before anything is read: it is hashed through
+    the checked descriptor, its staged link is made from that descriptor (so a symlink swapped in
+    at ``src`` is never what moves), and a ``src`` that no longer is what was pinned is not moved."""
     effects.sweep_temps(src.parent)  # staged links earlier attempts of this item left
-    sha = fileops.sha256_file(src)
-    sidecars = [(c, fileops.sha256_file(c)) for c in companions(src)]
+    with pin_inside(src, readable_roots(ctx) or None, resolve_roots=False) as pinned:
+        failpoints.hit(f"{ctx.spec.name}.after_check")
+        return _move_pinned(ctx, effects, pinned, root, relpath, notes)
+
+
+def _move_pinned(
+    ctx: ItemContext, effects: FileEffects, pinned: Pinned, root: Path, relpath: str, notes: list[str]
+) -> dict[str, Any]:
+    src = pinned.path
+    sha = pinned.sha256()
+    roots = readable_roots(ctx) or None
+    sidecars = [(c, fileops.sha256_file(c, roots=roots)) for c in companions(src)]
     for n in range(MAX_SUFFIX):
         target = resolve_target(root, with_suffix(relpath, n))
         if target == src:
@@ -40,9 +57,12 @@ def move_photo(
             continue  # the photo's name or one of its sidecars' is taken: the unit takes the next
         # This attempt's handle on each file: a hard link next to it (the file itself where the
         # filesystem has no hard links). Recovery consumes it, so a zombie can never move the photo.
-        staged = [link_staged(f, effects.tag) or f for f, _, _, _ in moves]
+        staged = [_link_pinned(pinned, effects.tag)]
+        staged += [link_staged(f, effects.tag) or f for f, *_ in moves[1:]]
         failpoints.hit(f"{ctx.spec.name}.after_stage")  # the plan is made; nothing recorded yet
         try:
+            if not pinned.still_at():
+                raise PhotoError(src, "was replaced since it was checked; not moved")
             ctx.check()
             intents = effects.record_unit(
                 [
@@ -81,6 +101,26 @@ def move_photo(
         extra = {"sidecars": moved} if moved else {}
         return result_of(applied, suffix=n, notes=notes, sha256=sha, **extra)
     raise PhotoError(src, f"no free name for {relpath} after {MAX_SUFFIX} suffixes")
+
+
+def _link_pinned(pinned: Pinned, tag: str) -> Path:
+    """This attempt's staged hard link of the pinned photo: made from its descriptor, so it is the
+    checked file, never a symlink swapped in at its path; the photo's own name where there can be no
+    such link (no hard links on the filesystem, the photo a symlink inside the roots)."""
+    if pinned.is_link:
+        return link_staged(pinned.path, tag) or pinned.path
+    staged = fileops.staged_path(pinned.path, tag)
+    staged.unlink(missing_ok=True)
+    try:
+        pinned.link(staged)
+    except OSError as exc:
+        if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
+            return pinned.path
+        if exc.errno == errno.ENOENT:  # the file lost its last name since it was checked
+            raise PhotoError(pinned.path, "was removed since it was checked; not moved") from None
+        raise
+    fileops.fsync_dir(staged.parent)
+    return staged
 
 
 def _drop_links(staged: list[Path], moves: list[tuple[Path, Path, str, bool]]) -> None:
