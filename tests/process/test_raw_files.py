@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,8 @@ from photojobs.config import Settings
 from photos.fileops import sha256_file
 from photos.sidecar import read_sidecar
 from store.models import Photo
+from tests.process.test_cli import photojobs
+from tests.process.test_run import Runs
 from tests.raw_support import make_raw, preview_jpeg
 from tests.support import Fleet, items_of, job_done, wait_for
 
@@ -237,3 +240,39 @@ def test_a_cancelled_rename_killed_between_the_moves_is_settled_both_moved_by_th
     wait_for(lambda: names(folder) == ["20210704_183005.nef", "20210704_183005.nef.xmp"], 60,
              what="the sweeper to settle the sidecar's move")  # fmt: skip
     client.engine.dispose()
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Iterator[Runs]:
+    started = Runs(tmp_path)
+    try:
+        yield started
+    finally:
+        started.cleanup()
+
+
+def test_submit_and_run_say_what_a_folder_scan_left_out(
+    env: dict[str, str], runs: Runs, tmp_path: Path
+) -> None:
+    # Given a folder with a raw and its sidecar, a JPEG, a note, a hidden file and a hidden folder
+    folder = tmp_path / "shoot"
+    folder.mkdir()
+    make_raw(folder / "IMG_0001.RW2", make="Panasonic", model="DC-G9", preview=preview_jpeg())
+    sidecar_with(folder / "IMG_0001.RW2.xmp", "-XMP-dc:Subject=x")
+    jpeg_with_time(folder / "IMG_0002.jpg")
+    (folder / "notes.txt").write_text("n")
+    (folder / ".hidden.jpg").write_bytes(b"x")
+    (folder / ".cache").mkdir()
+    expected = {"hidden file": 1, "hidden folder": 1, "not a photo": 1, "sidecar of a raw": 1}
+    # When it is submitted with the CLI (--json, and plain), and run with photojobs run --json
+    as_json = photojobs(env, "submit", "--lanes", "analysis", "--json", str(folder))
+    plain = photojobs(env, "submit", "--lanes", "noop", str(folder / "IMG_0001.RW2"), str(folder))
+    run = runs.start(folder, "--workers", "1", "--json", lanes="analysis")
+    # Then each says how many photos it took and what it left out, by reason
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["items"] == 2 and json.loads(as_json.stdout)["skipped"] == expected
+    assert plain.returncode == 0 and plain.stdout.strip().isdigit()
+    assert "left out: 1 hidden file, 1 hidden folder" in plain.stderr
+    assert run.wait() == 0, run.logs()
+    summary = run.summary()
+    assert summary["skipped_files"] == expected and summary["lanes"]["analysis"]["succeeded"] == 2
