@@ -23,6 +23,7 @@ from .common import readable_roots
 from .effects import FileEffects, TargetTaken, result_of
 
 MAX_SUFFIX = 10_000
+REPLACED = "was replaced or removed since it was checked; not moved"
 
 
 def move_photo(
@@ -62,7 +63,7 @@ def _move_pinned(
         failpoints.hit(f"{ctx.spec.name}.after_stage")  # the plan is made; nothing recorded yet
         try:
             if not pinned.still_at():
-                raise PhotoError(src, "was replaced since it was checked; not moved")
+                raise PhotoError(src, REPLACED)
             ctx.check()
             intents = effects.record_unit(
                 [
@@ -107,6 +108,8 @@ def _link_pinned(pinned: Pinned, tag: str) -> Path:
     """This attempt's staged hard link of the pinned photo: made from its descriptor, so it is the
     checked file, never a symlink swapped in at its path; the photo's own name where there can be no
     such link (no hard links on the filesystem, the photo a symlink inside the roots)."""
+    if not pinned.still_at():
+        raise PhotoError(pinned.path, REPLACED)
     if pinned.is_link:
         return link_staged(pinned.path, tag) or pinned.path
     staged = fileops.staged_path(pinned.path, tag)
@@ -117,7 +120,7 @@ def _link_pinned(pinned: Pinned, tag: str) -> Path:
         if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
             return pinned.path
         if exc.errno == errno.ENOENT:  # the file lost its last name since it was checked
-            raise PhotoError(pinned.path, "was removed since it was checked; not moved") from None
+            raise PhotoError(pinned.path, REPLACED) from None
         raise
     fileops.fsync_dir(staged.parent)
     return staged
