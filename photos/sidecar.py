@@ -64,7 +64,8 @@ def companions(photo: str | os.PathLike[str]) -> list[Path]:
     wanted_names = [f"{photo.name}{SUFFIX}"] + ([f"{photo.stem}{SUFFIX}"] if is_raw(photo) else [])
     for wanted in wanted_names:
         name = names.get(wanted.casefold())
-        if name is not None and (photo.parent / name).is_file():
+        # a regular file only: a symlink (perhaps out of the photo roots) is never read or moved
+        if name is not None and (photo.parent / name).is_file() and not (photo.parent / name).is_symlink():
             found.append(photo.parent / name)
     return found
 
