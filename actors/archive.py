@@ -1,6 +1,7 @@
 """The ``archive`` lane: move originals into dated folders under the archive root, or (with
 ``archive.bundle=zip|tar``) write one bundle of the job's photos with a manifest of paths and
-SHA-256s. A bundle copies: the originals stay where they are."""
+SHA-256s. A bundle copies: the originals stay where they are. A raw's XMP sidecars move (or are
+bundled) with it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from middleware.context import ItemContext
 from photos import fileops
 from photos.archive import archive_relpath, build_bundle, verify_bundle
 from photos.errors import PhotoError
+from photos.sidecar import companion_target, companions
 from store.items import bundle_members
 
 from .common import check_photo, destination_root, facts_for, fallback_time, params, photo_path, photo_root
@@ -50,6 +52,10 @@ def _bundle(ctx: ItemContext, effects: FileEffects, root: Path, kind: str) -> di
             check_photo(ctx, src)  # every member at the moment of use, before a byte is read
         if not src.is_file():
             raise PhotoError(src, "file not found (deleted or moved after submission)")
+    # a raw's XMP sidecars go into the bundle with it, named after its name in the bundle
+    sources += [
+        (c, companion_target(c, src, Path(name)).name) for src, name in list(sources) for c in companions(src)
+    ]
     for n in range(MAX_SUFFIX):
         suffix = f"_{n}" if n else ""
         target = root / f"photojobs-job{ctx.lease.job_id}{suffix}.{kind}"

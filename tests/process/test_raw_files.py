@@ -4,11 +4,14 @@ worker killed between the two moves of a unit is recovered to both moved."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import boto3
 import pytest
 from PIL import Image
 from sqlalchemy import Engine, select
@@ -22,7 +25,7 @@ from store.models import Photo
 from tests.process.test_cli import photojobs
 from tests.process.test_run import Runs
 from tests.raw_support import make_raw, preview_jpeg
-from tests.support import Fleet, items_of, job_done, wait_for
+from tests.support import AWS_TEST_ENV, Fleet, MotoServer, items_of, job_done, wait_for
 
 TAKEN = "2021:07:04 18:30:05"
 
@@ -276,3 +279,54 @@ def test_submit_and_run_say_what_a_folder_scan_left_out(
     assert run.wait() == 0, run.logs()
     summary = run.summary()
     assert summary["skipped_files"] == expected and summary["lanes"]["analysis"]["succeeded"] == 2
+
+
+def test_s3_upload_puts_the_sidecar_next_to_the_raw_key_and_a_bundle_holds_it(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given a real S3-compatible server (moto) with a bucket, and a raw with its darktable sidecar
+    moto = MotoServer(tmp_path)
+    endpoint = moto.start()
+    try:
+        env = {**env, **AWS_TEST_ENV}
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+        s3.create_bucket(Bucket="photos")
+        folder = tmp_path / "shoot"
+        folder.mkdir()
+        raw = make_raw(folder / "P1000001.RW2", make="Panasonic", model="DC-G9", preview=preview_jpeg())
+        sidecar = sidecar_with(folder / "P1000001.RW2.xmp", "-XMP-dc:Subject=lumix")
+        raw_sha, side_sha = sha256_file(raw), sha256_file(sidecar)
+        client = Client(Settings.from_env(env))
+        params = {"upload.target": "s3://photos/backup", "upload.endpoint": endpoint}
+        # When the folder is uploaded (twice), and archived as a zip bundle
+        first = client.submit(["upload"], [folder], params).job_id
+        fleet.env = env
+        fleet.start_sweeper()
+        fleet.start_worker(["upload", "archive"], threads=2)
+        wait_for(lambda: job_done(engine, first), 120, what="the upload job")
+        second = client.submit(["upload"], [folder], params).job_id
+        wait_for(lambda: job_done(engine, second), 120, what="the repeated upload job")
+        bundle_job = client.submit(
+            ["archive"], [folder], {"archive.bundle": "zip", "archive.root": str(tmp_path / "a")}
+        )
+        wait_for(lambda: job_done(engine, bundle_job.job_id), 120, what="the bundle job")
+        # Then the raw is at its content-addressed key and its sidecar at that key + .xmp, same bytes
+        keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="photos", Prefix="backup/")["Contents"])
+        raw_key = f"backup/{raw_sha[:2]}/{raw_sha}.rw2"
+        assert keys == [raw_key, raw_key + ".xmp"]
+        body = s3.get_object(Bucket="photos", Key=raw_key + ".xmp")["Body"].read()
+        assert hashlib.sha256(body).hexdigest() == side_sha
+        # and the repeat found both there; the bundle holds the raw and its sidecar under its name
+        assert [i.state for i in items_of(engine, second)] == ["succeeded"]
+        assert items_of(engine, second)[0].result["already_present"] is True
+        (bundle,) = (tmp_path / "a").glob("*.zip")
+        with zipfile.ZipFile(bundle) as z:
+            names_in = sorted(z.namelist())
+        assert [n.split("_", 1)[-1] for n in names_in if n != "MANIFEST.json"] == [
+            "P1000001.RW2",
+            "P1000001.RW2.xmp",
+        ]
+        client.engine.dispose()
+    finally:
+        moto.stop()
