@@ -330,3 +330,30 @@ def test_s3_upload_puts_the_sidecar_next_to_the_raw_key_and_a_bundle_holds_it(
         client.engine.dispose()
     finally:
         moto.stop()
+
+
+@pytest.mark.parametrize("boundary", ["after_record", "after_apply"])
+def test_a_worker_killed_writing_a_raws_sidecar_shifts_its_time_exactly_once(
+    boundary: str, engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given a raw taken 18:30:05 with a sidecar, and a worker that kills itself at a step of the edit
+    folder = tmp_path / "shoot"
+    folder.mkdir()
+    raw = make_raw(folder / "IMG_0001.NEF", preview=preview_jpeg())
+    sidecar_with(folder / "IMG_0001.NEF.xmp", "-XMP-dc:Subject=keep")
+    before = fingerprint(raw)
+    client = Client(Settings.from_env(env))
+    job = client.submit(["exif"], [folder], {"exif.shift": "+1h", "exif.keywords": "late"}).job_id
+    fleet.start_sweeper()
+    doomed = fleet.start_worker(["exif"], threads=1, env={"PHOTOJOBS_FAILPOINTS": f"exif.{boundary}"})
+    wait_for(lambda: doomed.poll() is not None, 60, what=f"the worker to die at exif.{boundary}")
+    # When a healthy worker takes over
+    fleet.start_worker(["exif"], threads=1)
+    wait_for(lambda: job_done(engine, job), 90, what="the job to finish")
+    # Then the sidecar was shifted once, its keyword kept and the new one added, the raw untouched
+    assert [i.state for i in items_of(engine, job)] == ["succeeded"]
+    meta = read_sidecar(folder / "IMG_0001.NEF.xmp")
+    assert meta["taken"] == "2021-07-04T19:30:05" and meta["keywords"] == ["keep", "late"]
+    assert fingerprint(raw) == before
+    assert names(folder) == ["IMG_0001.NEF", "IMG_0001.NEF.xmp"]
+    client.engine.dispose()
