@@ -70,8 +70,12 @@ def analyze(path: str | os.PathLike[str], *, max_pixels: int = DEFAULT_MAX_PIXEL
     ``exposure`` (``mean`` luma 0..1, ``shadows_clipped`` and ``highlights_clipped`` shares),
     ``colors`` (up to 3 dominant colours, ``#rrggbb``, most common first).
 
+    A camera raw (``photos.raw``) is never opened by Pillow: its facts come from its metadata
+    (exiftool), its pixel measures from its largest embedded preview or LibRaw's demosaic; it adds
+    ``raw`` (True) and ``pixels_from`` (the preview's tag, or ``libraw``).
+
     Raises UnreadableImage for anything that is not a whole, readable image of at most
-    ``max_pixels`` pixels.
+    ``max_pixels`` pixels (a raw: neither a usable preview nor decodable by LibRaw).
     """
     path = Path(path)
     try:
