@@ -212,7 +212,7 @@ def submit(body: JobRequest, request: Request) -> dict[str, Any]:
         ) from None
     except SubmissionError as exc:
         raise ApiError(400, "invalid_submission", str(exc), {"kind": type(exc).__name__}) from None
-    return {"job": done.job_id, "items": done.items}
+    return {"job": done.job_id, "items": done.items, "skipped": done.skipped}
 
 
 @api.get("/jobs", tags=["jobs"])

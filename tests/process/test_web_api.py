@@ -55,6 +55,7 @@ def test_every_status_code_of_the_api(server: WebServer, fleet: Fleet, photos: P
     fleet.start_sweeper()
     make_files(photos / "good", 3)
     make_files(photos / "bad", 2, prefix="broken")
+    (photos / "good" / ".hidden").write_bytes(b"not walked")
     http = server.client()
     # When a job is submitted
     created = http.post(
@@ -65,10 +66,11 @@ def test_every_status_code_of_the_api(server: WebServer, fleet: Fleet, photos: P
             "params": {"noop.fail_if": "broken"},
         },
     )
-    # Then it is 201 with the CLI's shape, and the job ends partial with failures grouped by reason class
+    # Then it is 201 with the CLI's shape (what the folder scan left out, by reason), and the job ends
+    # partial with failures grouped by reason class
     assert created.status_code == 201, created.text
     job = created.json()
-    assert job == {"job": job["job"], "items": 5}
+    assert job == {"job": job["job"], "items": 5, "skipped": {"hidden file": 1}}
     st = wait_job(http, job["job"])
     assert st["state"] == "partial" and st["lanes"] == {"noop": {"succeeded": 3, "failed": 2}}
     assert st["failures"][0]["reason"] == "RuntimeError: noop.fail_if matched <path>"
