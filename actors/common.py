@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from middleware import failpoints
 from middleware.context import ItemContext
 from photos.analyze import analyze
-from photos.containment import resolve_inside
+from photos.containment import pin_inside, resolve_inside
 from photos.errors import PhotoError
 from photos.params import ALLOWED_ROOTS_KEY, lane_params
+from photos.raw import is_raw
 from photos.rename import taken_now
 from store.intents import photo_facts
 
@@ -76,10 +78,15 @@ def facts_for(ctx: ItemContext, path: Path) -> dict[str, Any]:
     ``file_time`` (the file's modification time recorded at submission) when the store has it and
     ``taken`` read from the file now (so names agree with an earlier lane's time shift)."""
     facts = photo_facts(ctx.engine, ctx.lease.job_id, ctx.lease.photo_id)
-    if facts and facts.get("sha256"):
-        # one clock per photo: the capture time the file has now (after an exif shift), not at analysis
-        return {**facts, "taken": taken_now(path, default=facts.get("taken"))}
-    fresh = analyze(path)
+    # read through a descriptor checked inside the roots (a symlink swapped in is never read); a
+    # raw's time is read where its sidecar is found, next to it
+    with pin_inside(path, readable_roots(ctx) or None, resolve_roots=False) as pinned, pinned.as_photo():
+        failpoints.hit(f"{ctx.spec.name}.facts_after_check")
+        if facts and facts.get("sha256"):
+            # one clock per photo: the capture time the file has now (after an exif shift), not at analysis
+            read = path if is_raw(path) else pinned.name
+            return {**facts, "taken": taken_now(read, default=facts.get("taken"))}
+        fresh = analyze(pinned.name)
     if facts and facts.get("file_time") is not None:
         fresh["file_time"] = facts["file_time"]
     return fresh

@@ -1,11 +1,16 @@
 """A photo replaced by a symlink to an outside file INSIDE the gap between a lane's containment check
 and its use (issue 20): real workers pause right after the check (failpoint ``<lane>.after_check:wait``),
-the test swaps the photo, then lets them go. No lane reads, copies or moves the outside file. Real
-workers, Redis, exiftool, both stores."""
+the test swaps the photo, then lets them go. No lane reads, copies or moves the outside file: the
+kernel (inotify) reports every read of it by any process, and there is none. Real workers, Redis,
+exiftool, both stores."""
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,16 +39,52 @@ def entries(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() or p.is_symlink()) if folder.exists() else []
 
 
+@contextmanager
+def reads_of(path: Path) -> Iterator[list[int]]:
+    """Watch ``path`` with inotify (IN_ACCESS: a read by any process, through any name); the list
+    yielded holds the number of reads seen once the block ends."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    assert fd >= 0, os.strerror(ctypes.get_errno())
+    in_access = 0x1
+    assert libc.inotify_add_watch(fd, os.fsencode(path), in_access) >= 0, os.strerror(ctypes.get_errno())
+    seen: list[int] = []
+    try:
+        yield seen
+        count = 0
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                break
+            count += len(data) // 16  # events on a file carry no name: 16 bytes each
+        seen.append(count)
+    finally:
+        os.close(fd)
+
+
 def swap_inside_the_gap(
-    lane: str, engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+    lane: str, engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path, point: str = "after_check"
 ) -> tuple[int, Path, Path, str, str]:
-    """Submit a ``lane`` job for one photo; its worker pauses right after checking the photo, the
-    photo is then replaced by a symlink to an outside JPEG of another size, and the worker goes on.
+    """Submit a ``lane`` job for one photo; its worker pauses right after checking the photo (at
+    failpoint ``<lane>.<point>``), the photo is then replaced by a symlink to an outside JPEG of
+    another size, and the worker goes on. Asserts the outside file was never read meanwhile.
     Returns the job, the photo's path, the outside file, and the photo's and outside file's hashes."""
     photos = tmp_path / "photos"
     (photo,) = generate_samples(photos, 1, seed=1, size=(64, 48))
     (outside,) = generate_samples(tmp_path / "outside", 1, seed=9, size=(32, 24))
     photo_sha, outside_sha = sha(photo), sha(outside)
+    with reads_of(outside) as reads:
+        job = _run_with_swap(lane, engine, env, fleet, tmp_path, point, photo, outside)
+    assert reads == [0], f"the {lane} lane read the outside file {reads[0]} time(s)"
+    return job, photo, outside, photo_sha, outside_sha
+
+
+def _run_with_swap(
+    lane: str, engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path, point: str,
+    photo: Path, outside: Path,
+) -> int:  # fmt: skip
+    photos = photo.parent
     gate = tmp_path / "failpoints"
     gate.mkdir()
     params = dict(PARAMS[lane])
@@ -54,14 +95,14 @@ def swap_inside_the_gap(
     fleet.start_worker(
         [lane],
         threads=1,
-        env={"PHOTOJOBS_FAILPOINTS": f"{lane}.after_check:wait", "PHOTOJOBS_FAILPOINT_DIR": str(gate)},
+        env={"PHOTOJOBS_FAILPOINTS": f"{lane}.{point}:wait", "PHOTOJOBS_FAILPOINT_DIR": str(gate)},
     )
-    wait_for(lambda: (gate / f"{lane}.after_check.reached").exists(), 90, what=f"{lane} past its check")
+    wait_for(lambda: (gate / f"{lane}.{point}.reached").exists(), 90, what=f"{lane} past its check")
     photo.unlink()
     photo.symlink_to(outside)
-    (gate / f"{lane}.after_check.go").touch()
+    (gate / f"{lane}.{point}.go").touch()
     wait_for(lambda: job_done(engine, job), 120, what=f"the {lane} job to end")
-    return job, photo, outside, photo_sha, outside_sha
+    return job
 
 
 def test_analysis_reads_the_checked_photo_not_a_symlink_swapped_in_after_the_check(
@@ -114,4 +155,19 @@ def test_a_move_never_moves_a_symlink_swapped_in_after_the_check(
     # archive, and the outside file is unchanged
     assert entries(photo.parent) == [photo] and photo.is_symlink()
     assert entries(tmp_path / "archive") == []
+    assert sha(outside) == outside_sha
+
+
+def test_a_move_never_reads_the_time_of_a_symlink_swapped_in_before_it_names_the_photo(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given a rename worker that checked the photo and is about to read its capture time for the
+    # new name, the photo's path then swapped for a symlink to an outside JPEG
+    job, photo, outside, _photo_sha, outside_sha = swap_inside_the_gap(
+        "rename", engine, env, fleet, tmp_path, point="facts_after_check"
+    )  # (the outside file was never read: asserted in swap_inside_the_gap)
+    # Then the item fails (the move's own check finds the path outside the roots) and nothing moved
+    (item,) = items_of(engine, job)
+    assert item.state == "failed", item.result
+    assert entries(photo.parent) == [photo] and photo.is_symlink()
     assert sha(outside) == outside_sha
