@@ -93,6 +93,31 @@ def check_relative(root: str | os.PathLike[str], relpath: str) -> Path:
     return target
 
 
+PIN_PREFIX = "pj-pin-"
+_swept: set[int] = set()
+
+
+def _sweep_dead_pins() -> None:
+    """Once per process: remove the private folders of pins whose process died (a SIGKILLed
+    worker's; each holds one symlink to ``/proc/<its pid>/fd/<n>``, never a byte of a photo)."""
+    if os.getpid() in _swept:
+        return
+    _swept.add(os.getpid())
+    tmp = Path(tempfile.gettempdir())
+    try:
+        folders = [p for p in tmp.iterdir() if p.name.startswith(PIN_PREFIX)]
+    except OSError:
+        return
+    for folder in folders:
+        try:
+            links = [os.readlink(e) for e in folder.iterdir() if e.is_symlink()]
+        except OSError:
+            continue
+        pids = {link.split("/")[2] for link in links if link.startswith("/proc/")}
+        if pids and not any(os.path.exists(f"/proc/{pid}") for pid in pids):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 class Pinned:
     """One file opened through :func:`open_inside` and kept open: every read of it — by this
     process (:attr:`fd`, :meth:`sha256`) or by another program given :attr:`name` (exiftool,
@@ -110,7 +135,8 @@ class Pinned:
         self.stat = os.fstat(fd)
         #: what the path itself was when it was opened (``lstat``): the file, or a symlink to it
         self.entry = entry
-        self._folder = Path(tempfile.mkdtemp(prefix="pj-pin-"))
+        _sweep_dead_pins()
+        self._folder = Path(tempfile.mkdtemp(prefix=PIN_PREFIX))
         self.name = self._folder / (path.name or "photo")
         magic = f"/proc/{os.getpid()}/fd/{fd}"
         if os.path.exists(magic):

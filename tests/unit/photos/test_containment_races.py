@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
-from photos import exiftool, recovery
+from photos import containment, exiftool, recovery
 from photos.analyze import analyze
 from photos.containment import pin_inside
 from photos.errors import OutsideRoot, PhotoError
@@ -137,3 +139,25 @@ def test_recovery_never_hashes_what_a_symlink_points_to(scene: tuple[Path, Path,
     target.write_bytes(outside.read_bytes())
     recovery.drop_moved_source(str(photo), str(target), sha(outside))
     assert photo.is_symlink()
+
+
+def test_the_private_folder_of_a_dead_process_is_swept_and_a_live_ones_is_kept(
+    scene: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given, in the temp folder, the pin folders of a process that died (SIGKILLed before it could
+    # remove them) and of this live process
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    for pid, name in ((dead.pid, "pj-pin-dead"), (os.getpid(), "pj-pin-live")):
+        (tmp / name).mkdir()
+        (tmp / name / "IMG_0001.jpg").symlink_to(f"/proc/{pid}/fd/7")
+    monkeypatch.setattr(containment, "_swept", set())
+    # When this process pins a photo for the first time
+    root, photo, _outside = scene
+    with pin_inside(photo, [root]):
+        pass
+    # Then the dead process's folder is gone and the live one's is kept
+    assert sorted(p.name for p in tmp.iterdir()) == ["pj-pin-live"]
