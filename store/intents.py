@@ -45,6 +45,7 @@ from .models import (
     Photo,
     PhotoLock,
 )
+from .photo_locks import lock_photo_rows
 from .statements import photo_hash_sql
 
 log = logging.getLogger("photojobs.intents")
@@ -274,12 +275,14 @@ def settle_orphans(engine: Engine, limit: int = 100) -> int:
     otherwise discarded and the staged file removed. Then release the photo locks those intents
     held, and any lock left by an item that is neither running nor owns a live intent.
 
-    Items are row-locked (``SKIP LOCKED``) first, so a claim of the same item (a resume) waits and
-    then recovers whatever is left; the order is item -> photo -> intent -> photo lock rows.
-    Returns how many intents were settled.
+    One transaction per item (:func:`_settle_item`), in the global lock order: the item row-locked
+    first (``SKIP LOCKED``: a claim of the same item — a resume — is left alone and then recovers
+    whatever is left), then the photos its intents name in ascending id, then its intents, then its
+    photo-lock rows. (One transaction over several items took the next item's photo after the
+    previous item's photo-lock rows, photos in item order: a bundle claim locking the same photos
+    in ascending id could deadlock with it.) Returns how many intents were settled.
     """
-    settled = 0
-    with Session(engine) as s, s.begin():
+    with Session(engine) as s:
         item_ids = list(
             s.execute(
                 select(Item.id)
@@ -289,32 +292,13 @@ def settle_orphans(engine: Engine, limit: int = 100) -> int:
                 )
                 .order_by(Item.id)
                 .limit(limit)
-                .with_for_update(skip_locked=True)
             ).scalars()
         )
-        for item_id in item_ids:
-            item = s.get(Item, item_id)
-            if item is None or item.state not in STOPPED:
-                continue
-            rows = s.execute(
-                select(Intent).where(Intent.item_id == item_id, Intent.state == RECORDED).order_by(Intent.id)
-            ).scalars()
-            # A raw and its sidecars move (or upload) as one unit: once the photo's effect landed,
-            # the sidecars' recorded ones are finished too (both or neither), never discarded.
-            landed = _photo_moved(s, item_id)
-            for intent in list(rows):
-                row = _row(intent)
-                try:
-                    verdict = recovery.settle_on_disk(
-                        row.effect(), may_apply=landed and row.photo_id is None, tag=f"sweep{row.id}"
-                    )
-                except OSError as exc:
-                    log.warning("cannot settle intent %s yet: %s", row.id, exc)
-                    continue
-                settled += _settle_stopped(s, item, row, verdict)
-                moved = row.kind in ("move", "publish") and row.photo_id is not None
-                landed = landed or (moved and verdict.settles_as == APPLIED)
-            _release_if_settled(s, item_id)
+    settled = 0
+    for item_id in item_ids:
+        with Session(engine) as s, s.begin():
+            settled += _settle_item(s, item_id)
+    with Session(engine) as s, s.begin():
         # Locks no lease and no live intent owns (e.g. left by an older version): release them.
         s.execute(
             delete(PhotoLock).where(
@@ -322,6 +306,42 @@ def settle_orphans(engine: Engine, limit: int = 100) -> int:
                 ~exists().where(Intent.item_id == PhotoLock.item_id, Intent.state == RECORDED),
             )
         )
+    return settled
+
+
+def _settle_item(s: Session, item_id: int) -> int:
+    """Settle one stopped item's recorded intents (see ``settle_orphans``) in the caller's
+    transaction; how many were settled (0 when the item is locked by someone else or moved on)."""
+    item = s.execute(
+        select(Item).where(Item.id == item_id, Item.state.in_(STOPPED)).with_for_update(skip_locked=True)
+    ).scalar_one_or_none()
+    if item is None:
+        return 0
+    rows = [
+        _row(i)
+        for i in s.execute(
+            select(Intent).where(Intent.item_id == item_id, Intent.state == RECORDED).order_by(Intent.id)
+        ).scalars()
+    ]
+    photos = sorted({r.photo_id for r in rows if r.photo_id is not None and r.kind in ("move", "replace")})
+    if photos and s.get_bind().dialect.name == "postgresql":
+        lock_photo_rows(s.connection(), photos)  # before any write: photos in ascending id
+    # A raw and its sidecars move (or upload) as one unit: once the photo's effect landed, the
+    # sidecars' recorded ones are finished too (both or neither), never discarded.
+    landed = _photo_moved(s, item_id)
+    settled = 0
+    for row in rows:
+        try:
+            verdict = recovery.settle_on_disk(
+                row.effect(), may_apply=landed and row.photo_id is None, tag=f"sweep{row.id}"
+            )
+        except OSError as exc:
+            log.warning("cannot settle intent %s yet: %s", row.id, exc)
+            continue
+        settled += _settle_stopped(s, item, row, verdict)
+        moved = row.kind in ("move", "publish") and row.photo_id is not None
+        landed = landed or (moved and verdict.settles_as == APPLIED)
+    _release_if_settled(s, item_id)
     return settled
 
 

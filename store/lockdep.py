@@ -273,10 +273,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("store/items.py", "advance_pipeline"): "a middle-lane succeed writes its photo (hash) and releases "
     "its photo-lock rows, then makes the next lane's items ready or releases a bundle item: "
     "photos, photo_locks -> items",
-    ("store/intents.py", "settle_orphans"): "the sweeper settles several stopped items' intents in one "
-    "transaction, item after item: the next item's photo and intents come after the previous one's "
-    "photo-lock rows (and photos in item order, not photo id order: a bundle claim over the same "
-    "photos in ascending id can deadlock with it)",
     ("store/items.py", "skip_successors"): "a failing item (fail, or the sweeper's quarantine) releases "
     "its photo-lock rows, then skips its successors: photo_locks -> items",
 }
