@@ -15,9 +15,10 @@ from typing import Any
 from middleware import failpoints
 from middleware.context import ItemContext
 from photos import fileops
+from photos.containment import Pinned, pin_inside
 from photos.errors import PhotoError
 from photos.sidecar import companion_target, companions
-from photos.upload import LocalTarget, S3Target, object_key, parse_target
+from photos.upload import LocalTarget, S3Target, UploadTarget, object_key, parse_target
 
 from .common import destination_root, facts_for, fallback_time, params, photo_path, readable_roots
 from .effects import FileEffects, result_of
@@ -36,17 +37,28 @@ def upload(ctx: ItemContext) -> dict[str, Any]:
         if recovered:
             return result_of(recovered[-1])
     path = photo_path(ctx)
+    # every byte of the photo copied or sent is read from the inode checked here (a symlink swapped
+    # in at its path later is never read); errors name the photo
+    with pin_inside(path, readable_roots(ctx) or None, resolve_roots=False) as pinned, pinned.as_photo():
+        return _upload(ctx, opts, spec, effects, pinned)
+
+
+def _upload(
+    ctx: ItemContext, opts: dict[str, Any], spec: UploadTarget, effects: FileEffects, pinned: Pinned
+) -> dict[str, Any]:
+    path = pinned.path
     facts = facts_for(ctx, path)
-    # hashed through a descriptor checked inside the roots: the copy and the S3 checksum verify it
-    sha = fileops.sha256_file(path, roots=readable_roots(ctx) or None)
+    # hashed through the checked descriptor: the copy and the S3 checksum verify it
+    sha = pinned.sha256()
     facts = {**facts, "sha256": sha}
     key = object_key(opts.get("key"), facts, path, fallback_time(facts, path))
     target = spec.connect()
     sidecars = [(c, sidecar_key(c, path, key), fileops.sha256_file(c)) for c in companions(path)]
+    failpoints.hit("upload.after_check")
     if isinstance(target, S3Target):
         ctx.check()
         result = target.upload(
-            path, key, sha, checkpoint=ctx.saved_checkpoint, save_checkpoint=ctx.checkpoint
+            pinned.name, key, sha, checkpoint=ctx.saved_checkpoint, save_checkpoint=ctx.checkpoint
         )
         extra = {}
         if sidecars:
@@ -73,7 +85,7 @@ def upload(ctx: ItemContext) -> dict[str, Any]:
         taken = target.destination(k)
         if comp and os.path.lexists(taken):  # another sidecar under that key: never clobbered
             raise PhotoError(f, f"conflict: {taken} exists with other content; not overwritten")
-    staged = [target.stage(f, k, h, effects.tag) for f, k, h, _ in todo]
+    staged = [target.stage(f if comp else pinned.name, k, h, effects.tag) for f, k, h, comp in todo]
     failpoints.hit("upload.after_stage")
     ctx.check()
     intents = effects.record_unit(

@@ -27,6 +27,7 @@ PARAMS: dict[str, dict[str, Any]] = {
     "exif": {"exif.rating": 5},
     "rename": {"rename.pattern": "renamed_{taken:%Y%m%d_%H%M%S}{ext}"},
     "archive": {},  # archive.root is set per test
+    "upload": {},  # upload.target is set per test
 }
 
 
@@ -90,6 +91,8 @@ def _run_with_swap(
     params = dict(PARAMS[lane])
     if lane == "archive":
         params["archive.root"] = str(tmp_path / "archive")
+    if lane == "upload":
+        params["upload.target"] = str(tmp_path / "uploads")
     job = Client(Settings.from_env(env)).submit([lane], [photos], params).job_id
     fleet.start_sweeper()
     fleet.start_worker(
@@ -170,4 +173,19 @@ def test_a_move_never_reads_the_time_of_a_symlink_swapped_in_before_it_names_the
     (item,) = items_of(engine, job)
     assert item.state == "failed", item.result
     assert entries(photo.parent) == [photo] and photo.is_symlink()
+    assert sha(outside) == outside_sha
+
+
+def test_upload_copies_the_checked_photo_never_a_symlink_swapped_in_before_the_copy(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given an upload worker that checked and hashed the photo and is about to copy it to a local
+    # target, the photo's path then swapped for a symlink to an outside JPEG
+    job, photo, outside, photo_sha, outside_sha = swap_inside_the_gap("upload", engine, env, fleet, tmp_path)
+    # Then (the outside file never read: asserted in swap_inside_the_gap) what was uploaded is the
+    # photo that was checked, byte for byte, and nothing of the outside file is in the target
+    (item,) = items_of(engine, job)
+    assert item.state == "succeeded", item.error
+    uploaded = entries(tmp_path / "uploads")
+    assert [sha(p) for p in uploaded] == [photo_sha] and not uploaded[0].is_symlink()
     assert sha(outside) == outside_sha
