@@ -598,10 +598,12 @@ def lock_for_finish(s: Session, lease: Lease) -> str | None:
 
 
 def lock_batch_finish(s: Session, leases: Sequence[Lease]) -> None:
-    """Before a batch finish writes anything (PostgreSQL): its jobs share-locked, its items and its
-    photos locked, each set in ascending id — the global order job -> item -> photo, which the
-    finishes one after another (each job, item, photo in turn) would cross between items. The
-    jobs' control requests are kept for ``lock_for_finish``. SQLite serializes whole transactions."""
+    """Before a batch finish writes anything (PostgreSQL): its jobs share-locked, then its items
+    together with the rows their finishes may move on (the next lane's waiting items of their
+    photos, or a waiting bundle: ``lock_successors``), then its photos, each set in ascending id —
+    the global order job -> item -> photo, which the finishes one after another (each job, item,
+    photo, photo-lock rows in turn, then the next item) would cross between items. The jobs'
+    control requests are kept for ``lock_for_finish``. SQLite serializes whole transactions."""
     if s.get_bind().dialect.name != "postgresql" or not leases:
         return
     jobs = sorted({lease.job_id for lease in leases})
@@ -610,11 +612,49 @@ def lock_batch_finish(s: Session, leases: Sequence[Lease]) -> None:
     ).all()
     for job_id, control in controls:
         s.info[("finish_locked", job_id)] = control
-    items = sorted(lease.item_id for lease in leases)
-    s.execute(select(Item.id).where(Item.id.in_(items)).order_by(Item.id).with_for_update()).all()
+    items = {lease.item_id for lease in leases}
+    items |= _successor_ids(s, [(x.job_id, x.position, x.photo_ids) for x in leases if not _last_lane(x)])
+    _lock_items(s, items)
     photos = [p for lease in leases for p in lease.photo_ids]
     if photos:
         lock_photo_rows(s.connection(), photos)
+
+
+def _last_lane(lease: Lease) -> bool:
+    """Nothing follows the lease's lane in its job (no next lane's item, no bundle to release)."""
+    return bool(lease.job_lanes) and lease.position >= len(lease.job_lanes) - 1
+
+
+def _lock_items(s: Session, item_ids: Iterable[int]) -> None:
+    """Row-lock the items, in ascending id."""
+    for chunk in chunked(sorted(set(item_ids))):
+        s.execute(select(Item.id).where(Item.id.in_(chunk)).order_by(Item.id).with_for_update()).all()
+
+
+def _successor_ids(s: Session, finishing: Iterable[tuple[int, int, Iterable[int]]]) -> set[int]:
+    """The rows that ending the items ``finishing`` ((job id, position, photo ids) each) may move
+    on: the waiting bundle of the next position, and the waiting items of later lanes of their
+    photos."""
+    groups: dict[tuple[int, int], set[int]] = {}
+    for job_id, position, photo_ids in finishing:
+        groups.setdefault((job_id, position), set()).update(photo_ids)
+    ids: set[int] = set()
+    for (job_id, position), photos in sorted(groups.items()):
+        bundle_id = _waiting_bundle(s, job_id, position + 1)
+        if bundle_id is not None:
+            ids.add(bundle_id)
+        ids.update(row.id for row in _successors(s, job_id, position, sorted(photos)))
+    return ids
+
+
+def lock_successors(s: Session, finishing: Iterable[tuple[int, int, Iterable[int]]]) -> None:
+    """PostgreSQL: row-lock, in ascending id, what ending the items ``finishing`` ((job id,
+    position, photo ids) each) may move on (``skip_successors``, ``advance_pipeline``): a
+    transaction that ends several items and releases their photo locks (the sweeper's revocation)
+    takes these rows before its first photo-lock row, as the global order asks (a later UPDATE of
+    a row locked here waits for nobody). The caller holds the jobs' share locks."""
+    if s.get_bind().dialect.name == "postgresql":
+        _lock_items(s, _successor_ids(s, finishing))
 
 
 def release_locks(s: Session, item_id: int) -> int | None:
@@ -647,9 +687,10 @@ def _fence_held(s: Session, lease: Lease, row: Any) -> None:
     s.info.setdefault("fenced_items", set()).add(lease.item_id)
 
 
-def _end_lease(s: Session, lease: Lease, **values: Any) -> None:
+def _end_lease(s: Session, lease: Lease, *, release: bool = True, **values: Any) -> None:
     """CAS the running item to its next state (the fence folded into the ``WHERE``) and release its
-    photo locks. A finish that reads the job's control request locked the job first."""
+    photo locks (``release`` False: the caller does, later). A finish that reads the job's control
+    request locked the job first."""
     row = s.execute(
         update(Item)
         .where(Item.id == lease.item_id, Item.fencing_token == lease.token, Item.state == RUNNING)
@@ -657,7 +698,7 @@ def _end_lease(s: Session, lease: Lease, **values: Any) -> None:
         .returning(Item.id)
     ).first()
     _fence_held(s, lease, row)
-    if lease.holds_locks:
+    if release and lease.holds_locks:
         release_locks(s, lease.item_id)
 
 
@@ -686,11 +727,19 @@ def succeed(
     writes: Sequence[Callable[[Session], None]] = (),
 ) -> None:
     """Finish a running item as ``succeeded`` (fenced session): one compare-and-set that is also
-    the fence, then ``writes`` (the actor's own rows, e.g. the photo's hash), the lock release, the
-    event, and the photo's next lane made ready."""
-    last_lane = bool(lease.job_lanes) and lease.position >= len(lease.job_lanes) - 1
+    the fence, the photo's next lane made ready, then ``writes`` (the actor's own rows, e.g. the
+    photo's hash), the lock release and the events (the success before the next lane's).
+
+    Lock order (job -> item -> photo -> photo-lock rows): a middle lane share-locks the job and
+    the waiting bundle it may release (created before its job's photo items: a lower id) before
+    its own row, and makes the next lane's items ready before it writes its photo or drops its
+    photo-lock rows."""
+    last_lane = _last_lane(lease)
+    bundle = None
+    control: str | None = None
     if not last_lane:
-        lock_for_finish(s, lease)  # job -> item: advance_pipeline reads the control request
+        control = lock_for_finish(s, lease)  # job -> item: the next lane's state follows it
+        bundle = lock_bundle(s, lease.job_id, lease.position + 1)
     conn = s.connection()
     dialect = conn.dialect.name
     row = conn.execute(
@@ -698,6 +747,9 @@ def succeed(
         {"item_id": lease.item_id, "token": lease.token, "result": result},
     ).first()
     _fence_held(s, lease, row)
+    ready: list[dict[str, Any]] = []
+    if not last_lane:
+        ready = _advance(s, lease.job_id, lease.position, lease.photo_ids, state_for(control), bundle)
     for write in writes:
         write(s)
     if lease.holds_locks:
@@ -721,8 +773,7 @@ def succeed(
         deferred.append(succeeded)
     else:
         conn.execute(event_sql(dialect), succeeded)
-    if not last_lane:
-        advance_pipeline(s, lease.job_id, lease.position, lease.photo_ids, len(lease.job_lanes))
+    emit_many(s, ready)
 
 
 def fail(
@@ -730,7 +781,8 @@ def fail(
 ) -> str:
     """Finish a running item after an error: ``pending`` with backoff while attempts remain, else ``failed``.
 
-    Returns the new state.
+    Returns the new state. A failure for good skips the photo's later lanes (``skip_successors``)
+    before it drops its photo-lock rows (lock order: items before photo-lock rows).
     """
     control = lock_for_finish(s, lease)
     if retry and lease.attempt < spec.max_attempts:
@@ -739,9 +791,14 @@ def fail(
         _end_lease(s, lease, state=state, error=error, not_before=db_now() + delay)
         _event(s, "item_retry_scheduled", lease, worker, {"error": error, "delay": delay, "state": state})
         return state
-    _end_lease(s, lease, state=FAILED, error=error)
+    bundle = lock_bundle(s, lease.job_id, lease.position + 1)
+    _end_lease(s, lease, release=False, state=FAILED, error=error)
+    reason = f"{lease.lane} failed: {error}"
+    skipped = _skip(s, lease.job_id, lease.position, lease.photo_ids, reason, state_for(control), bundle)
+    if lease.holds_locks:
+        release_locks(s, lease.item_id)
     _event(s, "item_failed", lease, worker, {"error": error})
-    skip_successors(s, lease.job_id, lease.position, lease.photo_ids, f"{lease.lane} failed: {error}")
+    emit_many(s, skipped)
     return FAILED
 
 
@@ -829,38 +886,51 @@ def lane_unfinished(s: Session, job_id: int, lane: str) -> bool:
     return False
 
 
-def release_bundle(s: Session, job_id: int, position: int) -> None:
-    """A bundle item (several photos, at ``position``) becomes ready once every item of the lane
-    before it has ended. Its row is locked first, so of two items finishing at once the second
-    sees the first's commit and exactly one of them releases the bundle. The job is share-locked
-    before the bundle's row (lock order job -> item)."""
-    bundle_id = s.execute(
+def _waiting_bundle(s: Session, job_id: int, position: int) -> int | None:
+    """The id of the job's bundle item at ``position`` while it waits (no lock)."""
+    return s.execute(
         select(Item.id).where(
             Item.job_id == job_id, Item.position == position, Item.photo_id.is_(None), Item.state == WAITING
         )
     ).scalar_one_or_none()
+
+
+def lock_bundle(s: Session, job_id: int, position: int) -> Any:
+    """The job's waiting bundle item at ``position`` (its id, lane and token), row-locked; None
+    when none waits there. Taken by an ending item of the lane before, after the job's share lock
+    and before the item's own row (a bundle is created before its job's photo items: a lower id),
+    so of two items finishing at once the second waits here, sees the first's commit, and exactly
+    one of them releases the bundle (``_bundle_ready``)."""
+    bundle_id = _waiting_bundle(s, job_id, position)
     if bundle_id is None:
-        return
-    lock_job(s, job_id)
-    bundle = s.execute(
-        select(Item).where(Item.id == bundle_id, Item.state == WAITING).with_for_update()
-    ).scalar_one_or_none()
+        return None
+    return s.execute(
+        select(Item.id, Item.lane, Item.fencing_token)
+        .where(Item.id == bundle_id, Item.state == WAITING)
+        .with_for_update()
+    ).first()
+
+
+def _bundle_ready(s: Session, job_id: int, position: int, bundle: Any, state: str) -> list[dict[str, Any]]:
+    """A bundle item (several photos, at ``position``, locked by ``lock_bundle``) becomes ready
+    (``state``) once every item of the lane before it has ended (the ending item's own row already
+    written). Its event row, for the caller to insert after the ending item's own event."""
     if bundle is None:
-        return
+        return []
     lanes = s.execute(select(Job.lanes).where(Job.id == job_id)).scalar_one()
     if position > 0 and lane_unfinished(s, job_id, lanes[position - 1]):
-        return
-    state = ready_state(s, job_id)
+        return []
     s.execute(update(Item).where(Item.id == bundle.id).values(state=state, updated_at=db_now()))
-    emit(
-        s,
-        "item_ready" if state == PENDING else f"item_{state}",
-        job_id=job_id,
-        item_id=bundle.id,
-        lane=bundle.lane,
-        token=bundle.fencing_token,
-        detail={"state": state, "bundle": True},
-    )
+    return [
+        {
+            "type": "item_ready" if state == PENDING else f"item_{state}",
+            "job_id": job_id,
+            "item_id": bundle.id,
+            "lane": bundle.lane,
+            "token": bundle.fencing_token,
+            "detail": {"state": state, "bundle": True},
+        }
+    ]
 
 
 def bundle_members(engine: Engine, item_id: int) -> list[tuple[int, str]]:
@@ -884,79 +954,78 @@ def bundle_members(engine: Engine, item_id: int) -> list[tuple[int, str]]:
         return [(r.id, r.path) for r in s.execute(q)]
 
 
-def advance_pipeline(
-    s: Session, job_id: int, position: int, photo_ids: Iterable[int], lanes: int = 0
-) -> None:
-    """The photo's item of the next lane becomes ready (pending, or paused/cancelled per the job)."""
-    if lanes and position >= lanes - 1:
-        return  # the last lane: nothing follows
-    state = ready_state(s, job_id)  # the job before any successor row (lock order)
-    release_bundle(s, job_id, position + 1)
-    nxt = [i for i in _successors(s, job_id, position, photo_ids) if i.position == position + 1]
-    if not nxt:
-        return
+def _mark_waiting(s: Session, rows: Sequence[Any], values: dict[str, Any]) -> list[Any]:
+    """The still-waiting ones of ``rows`` (items) updated with ``values``; those updated (a
+    concurrent cancel may have ended some already)."""
     changed: set[int] = set()
-    for chunk in chunked([i.id for i in nxt]):
+    for chunk in chunked([i.id for i in rows]):
         changed.update(
             s.execute(
                 update(Item)
                 .where(Item.id.in_(chunk), unindexed_state(WAITING))
-                .values(state=state, updated_at=db_now())
+                .values(**values, updated_at=db_now())
                 .returning(Item.id)
             ).scalars()
         )
-    nxt = [i for i in nxt if i.id in changed]  # a concurrent cancel may have ended some already
-    emit_many(
-        s,
-        [
-            {
-                "type": "item_ready" if state == PENDING else f"item_{state}",
-                "job_id": job_id,
-                "item_id": i.id,
-                "photo_id": i.photo_id,
-                "lane": i.lane,
-                "token": i.fencing_token,
-                "detail": {"state": state},
-            }
-            for i in nxt
-        ],
-    )
+    return [i for i in rows if i.id in changed]
+
+
+def _advance(
+    s: Session, job_id: int, position: int, photo_ids: Iterable[int], state: str, bundle: Any
+) -> list[dict[str, Any]]:
+    """The photo's item of the next lane becomes ready (``state``: pending, or paused/cancelled per
+    the job), and the next lane's bundle (locked by ``lock_bundle``) when its lane before ended.
+    Their event rows, for the caller to insert after the ending item's own event."""
+    events = _bundle_ready(s, job_id, position + 1, bundle, state)
+    nxt = [i for i in _successors(s, job_id, position, photo_ids) if i.position == position + 1]
+    if not nxt:
+        return events
+    return events + [
+        {
+            "type": "item_ready" if state == PENDING else f"item_{state}",
+            "job_id": job_id,
+            "item_id": i.id,
+            "photo_id": i.photo_id,
+            "lane": i.lane,
+            "token": i.fencing_token,
+            "detail": {"state": state},
+        }
+        for i in _mark_waiting(s, nxt, {"state": state})
+    ]
+
+
+def _skip(
+    s: Session, job_id: int, position: int, photo_ids: Iterable[int], reason: str, state: str, bundle: Any
+) -> list[dict[str, Any]]:
+    """Every later lane's waiting item of the photos becomes ``skipped`` with the reason, and the
+    next lane's bundle (locked by ``lock_bundle``) goes on without them once its lane before ended
+    (``state``: its ready state). Their event rows, for the caller to insert."""
+    events = _bundle_ready(s, job_id, position + 1, bundle, state)
+    later = _successors(s, job_id, position, photo_ids)
+    if not later:
+        return events
+    return events + [
+        {
+            "type": "item_skipped",
+            "job_id": job_id,
+            "item_id": i.id,
+            "photo_id": i.photo_id,
+            "lane": i.lane,
+            "token": i.fencing_token,
+            "detail": {"reason": reason},
+        }
+        for i in _mark_waiting(s, later, {"state": SKIPPED, "error": reason})
+    ]
 
 
 def skip_successors(s: Session, job_id: int, position: int, photo_ids: Iterable[int], reason: str) -> None:
     """Every later lane's item of the photo becomes ``skipped`` with the reason (a bundle goes on
-    without the photo)."""
-    lock_job(s, job_id)  # the job before any successor row (lock order)
-    release_bundle(s, job_id, position + 1)
-    later = _successors(s, job_id, position, photo_ids)
-    if not later:
-        return
-    changed: set[int] = set()
-    for chunk in chunked([i.id for i in later]):
-        changed.update(
-            s.execute(
-                update(Item)
-                .where(Item.id.in_(chunk), unindexed_state(WAITING))
-                .values(state=SKIPPED, error=reason, updated_at=db_now())
-                .returning(Item.id)
-            ).scalars()
-        )
-    later = [i for i in later if i.id in changed]  # a concurrent cancel may have ended some already
-    emit_many(
-        s,
-        [
-            {
-                "type": "item_skipped",
-                "job_id": job_id,
-                "item_id": i.id,
-                "photo_id": i.photo_id,
-                "lane": i.lane,
-                "token": i.fencing_token,
-                "detail": {"reason": reason},
-            }
-            for i in later
-        ],
-    )
+    without the photo), with their events. Lock order: the job (share), then these items; a
+    transaction that dropped photo-lock rows before calling this locked them first
+    (``lock_successors``)."""
+    state = ready_state(s, job_id)  # the job before any successor row (lock order)
+    bundle = lock_bundle(s, job_id, position + 1)
+    emit_many(s, _skip(s, job_id, position, photo_ids, reason, state, bundle))
 
 
 def running_items(engine: Engine, job_id: int) -> list[dict[str, Any]]:
