@@ -22,7 +22,7 @@ from .clock import db_now
 from .dispatch import ALONE, Publish, mark_republished, stale_queued, take_for_dispatch
 from .events import assign_cursors, emit
 from .intents import settle_orphans, sweep_stray_staged
-from .items import WAITING_ALONE, release_locks, skip_successors, state_for
+from .items import WAITING_ALONE, lock_successors, release_locks, skip_successors, state_for
 from .models import FAILED, RUNNING, Item, Job
 from .workers import FORGET_AFTER, forget_stale
 
@@ -122,6 +122,8 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
             .scalars()
             .all()
         )
+        # What a quarantine skips (or a bundle it releases), locked before any photo-lock row goes.
+        lock_successors(s, [(i.job_id, i.position, [i.photo_id] if i.photo_id else []) for i in rows])
         for item in rows:
             # Read before the UPDATE: the session refreshes ``item`` from it.
             old_token, owner = item.fencing_token, item.lease_owner
