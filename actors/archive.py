@@ -5,18 +5,29 @@ bundled) with it."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from middleware import failpoints
 from middleware.context import ItemContext
 from photos import fileops
 from photos.archive import archive_relpath, build_bundle, verify_bundle
+from photos.containment import open_inside
 from photos.errors import PhotoError
 from photos.sidecar import companion_target, companions
 from store.items import bundle_members
 
-from .common import check_photo, destination_root, facts_for, fallback_time, params, photo_path, photo_root
+from .common import (
+    check_photo,
+    destination_root,
+    facts_for,
+    fallback_time,
+    params,
+    photo_path,
+    photo_root,
+    readable_roots,
+)
 from .effects import FileEffects, TargetTaken, result_of
 from .lane import lane_actor
 from .moves import MAX_SUFFIX, move_photo
@@ -56,6 +67,14 @@ def _bundle(ctx: ItemContext, effects: FileEffects, root: Path, kind: str) -> di
     sources += [
         (c, companion_target(c, src, Path(name)).name) for src, name in list(sources) for c in companions(src)
     ]
+    failpoints.hit("archive.after_check")
+    roots = readable_roots(ctx) or None
+
+    def open_checked(src: Path) -> BinaryIO:  # each member opened checked inside the roots
+        if roots is None:
+            return open(src, "rb")  # noqa: SIM115 - build_bundle closes it
+        return os.fdopen(open_inside(src, roots, resolve_roots=False), "rb")
+
     for n in range(MAX_SUFFIX):
         suffix = f"_{n}" if n else ""
         target = root / f"photojobs-job{ctx.lease.job_id}{suffix}.{kind}"
@@ -63,7 +82,7 @@ def _bundle(ctx: ItemContext, effects: FileEffects, root: Path, kind: str) -> di
             continue
         effects.sweep_temps(root)
         staged = fileops.staged_path(target, effects.tag)
-        manifest = build_bundle(sources, staged, kind)
+        manifest = build_bundle(sources, staged, kind, opener=open_checked)
         verify_bundle(staged, manifest)
         failpoints.hit("archive.after_stage")
         ctx.check()

@@ -13,7 +13,7 @@ import json
 import os
 import tarfile
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
@@ -104,7 +104,9 @@ def _zip_time(mtime: float) -> tuple[int, int, int, int, int, int]:
     return max(stamp, _ZIP_EPOCH)  # type: ignore[return-value]
 
 
-def _write_zip(out: BinaryIO, members: list[tuple[Path, str, os.stat_result]]) -> list[dict[str, Any]]:
+def _write_zip(
+    out: BinaryIO, members: list[tuple[Path, str, os.stat_result]], opener: Opener
+) -> list[dict[str, Any]]:
     entries: list[dict[str, Any]] = []
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
         for src, arcname, st in members:
@@ -112,7 +114,7 @@ def _write_zip(out: BinaryIO, members: list[tuple[Path, str, os.stat_result]]) -
             info.compress_type = zipfile.ZIP_STORED
             info.external_attr = 0o644 << 16
             info.file_size = st.st_size
-            with open(src, "rb") as fh, zf.open(info, "w", force_zip64=st.st_size > _ZIP64_LIMIT) as dst:
+            with opener(src) as fh, zf.open(info, "w", force_zip64=st.st_size > _ZIP64_LIMIT) as dst:
                 reader = _HashingReader(fh, src, st.st_size)
                 while chunk := reader.read(_CHUNK):
                     dst.write(chunk)
@@ -124,12 +126,14 @@ def _write_zip(out: BinaryIO, members: list[tuple[Path, str, os.stat_result]]) -
     return entries
 
 
-def _write_tar(out: BinaryIO, members: list[tuple[Path, str, os.stat_result]]) -> list[dict[str, Any]]:
+def _write_tar(
+    out: BinaryIO, members: list[tuple[Path, str, os.stat_result]], opener: Opener
+) -> list[dict[str, Any]]:
     entries: list[dict[str, Any]] = []
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tf:
         for src, arcname, st in members:
             info = _tar_info(arcname, st.st_size, int(st.st_mtime))
-            with open(src, "rb") as fh:
+            with opener(src) as fh:
                 reader = _HashingReader(fh, src, st.st_size)
                 tf.addfile(info, reader)  # type: ignore[arg-type]
                 if fh.read(1):
@@ -168,14 +172,25 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def build_bundle(members: Sequence[tuple[Path, str]], out_path: Path, kind: str) -> dict[str, Any]:
+def _open_member(path: Path) -> BinaryIO:
+    return open(path, "rb")  # noqa: SIM115 - the caller closes it
+
+
+#: Opens a bundle member for reading (the archive lane's opens it checked inside the job's roots).
+Opener = Callable[[Path], BinaryIO]
+
+
+def build_bundle(
+    members: Sequence[tuple[Path, str]], out_path: Path, kind: str, *, opener: Opener = _open_member
+) -> dict[str, Any]:
     """Write a ``zip`` (stored, photos do not compress) or ``tar`` bundle of ``members`` to ``out_path``.
 
     ``members`` are ``(source path, name in the bundle)``; names must be safe relative paths, unique
     and not ``MANIFEST.json``. The bundle also holds ``MANIFEST.json``, which is returned:
     ``{"version": 1, "kind": kind, "members": [{"arcname", "sha256", "size", "original"}]}``; the
     hashes are of the bytes actually written. ``out_path`` is a staged path the caller owns: it is
-    overwritten, fsynced (with its directory), and removed again if building fails.
+    overwritten, fsynced (with its directory), and removed again if building fails. ``opener`` opens
+    each member for reading (default: by its path).
     """
     kind = parse_bundle_kind(kind)
     if kind == "none":
@@ -184,7 +199,8 @@ def build_bundle(members: Sequence[tuple[Path, str]], out_path: Path, kind: str)
     out_path = Path(out_path)
     try:
         with open(out_path, "wb") as out:
-            entries = _write_zip(out, checked) if kind == "zip" else _write_tar(out, checked)
+            write = _write_zip if kind == "zip" else _write_tar
+            entries = write(out, checked, opener)
             out.flush()
             os.fsync(out.fileno())
     except BaseException:

@@ -65,7 +65,13 @@ def reads_of(path: Path) -> Iterator[list[int]]:
 
 
 def swap_inside_the_gap(
-    lane: str, engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path, point: str = "after_check"
+    lane: str,
+    engine: Engine,
+    env: dict[str, str],
+    fleet: Fleet,
+    tmp_path: Path,
+    point: str = "after_check",
+    extra: dict[str, Any] | None = None,
 ) -> tuple[int, Path, Path, str, str]:
     """Submit a ``lane`` job for one photo; its worker pauses right after checking the photo (at
     failpoint ``<lane>.<point>``), the photo is then replaced by a symlink to an outside JPEG of
@@ -76,19 +82,19 @@ def swap_inside_the_gap(
     (outside,) = generate_samples(tmp_path / "outside", 1, seed=9, size=(32, 24))
     photo_sha, outside_sha = sha(photo), sha(outside)
     with reads_of(outside) as reads:
-        job = _run_with_swap(lane, engine, env, fleet, tmp_path, point, photo, outside)
+        job = _run_with_swap(lane, engine, env, fleet, tmp_path, point, photo, outside, extra or {})
     assert reads == [0], f"the {lane} lane read the outside file {reads[0]} time(s)"
     return job, photo, outside, photo_sha, outside_sha
 
 
 def _run_with_swap(
     lane: str, engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path, point: str,
-    photo: Path, outside: Path,
+    photo: Path, outside: Path, extra: dict[str, Any],
 ) -> int:  # fmt: skip
     photos = photo.parent
     gate = tmp_path / "failpoints"
     gate.mkdir()
-    params = dict(PARAMS[lane])
+    params = {**PARAMS[lane], **extra}
     if lane == "archive":
         params["archive.root"] = str(tmp_path / "archive")
     if lane == "upload":
@@ -189,3 +195,20 @@ def test_upload_copies_the_checked_photo_never_a_symlink_swapped_in_before_the_c
     uploaded = entries(tmp_path / "uploads")
     assert [sha(p) for p in uploaded] == [photo_sha] and not uploaded[0].is_symlink()
     assert sha(outside) == outside_sha
+
+
+@pytest.mark.parametrize("bundle", ["zip", "tar"])
+def test_a_bundle_never_reads_a_member_swapped_for_a_symlink_after_the_check(
+    bundle: str, engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given an archive worker building a bundle that checked its member, whose path is then swapped
+    # for a symlink to an outside JPEG before the bundle is written
+    job, photo, outside, _photo_sha, outside_sha = swap_inside_the_gap(
+        "archive", engine, env, fleet, tmp_path, extra={"archive.bundle": bundle}
+    )  # (the outside file was never read: asserted in swap_inside_the_gap)
+    # Then the item fails (the member is opened checked inside the roots) and no bundle was written
+    (item,) = items_of(engine, job)
+    assert item.state == "failed", item.result
+    assert "outside the photo roots" in (item.error or ""), item.error
+    assert entries(tmp_path / "archive") == []
+    assert photo.is_symlink() and sha(outside) == outside_sha
