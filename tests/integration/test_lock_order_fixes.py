@@ -7,26 +7,193 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, event, select, text
+import pytest
+from sqlalchemy import Engine, event, select, text, update
 from sqlalchemy.orm import Session
 
 from store import items as store_items
 from store import jobs as store_jobs
 from store import lockdep
 from store.engine import make_engine
-from store.fencing import fenced
-from store.intents import item_intents, record, settle_orphans
+from store.fencing import fenced, fenced_batch
+from store.intents import item_intents, record, set_photo_hash, settle_orphans
 from store.lanes import lane_spec
-from store.models import Item, Photo, PhotoLock
+from store.models import Event, Item, Photo, PhotoLock
+from store.sweeper import revoke_expired
 from tests.support import wait_for
 
 NOOP = lane_spec("noop", env={})
 RENAME = lane_spec("rename", env={})
 ARCHIVE = lane_spec("archive", env={})
+ANALYSIS = lane_spec("analysis", env={})  # a shared photo lock, batch messages
+EXIF = lane_spec("exif", env={})
+ONE_ATTEMPT = lane_spec("analysis", env={"PHOTOJOBS_MAX_ATTEMPTS": "1"})
+
+
+@pytest.fixture
+def checked(pg_url: str, tmp_path: Path) -> Iterator[tuple[Engine, Path]]:
+    """A PostgreSQL engine checked by the lock-order checker, and the folder its violations go to:
+    the session's (tests/conftest.py sets PHOTOJOBS_LOCKDEP and clears it for each test), or, with
+    the checker turned off for the session, one installed here."""
+    folder = os.environ.get(lockdep.ENV)
+    eng = make_engine(pg_url)
+    if not folder:
+        folder = str(tmp_path / "lockdep")
+        lockdep.install(eng, folder)
+    yield eng, Path(folder)
+    eng.dispose()
+
+
+def table_order_violations(folder: Path) -> list[str]:
+    """The table-order violations recorded in ``folder``, readable."""
+    return [
+        lockdep.format_violation(v)
+        for v in lockdep.read_violations(str(folder))
+        if any(p.startswith("table order") for p in v["problems"])
+    ]
+
+
+def _photos(tmp_path: Path, n: int) -> list[store_jobs.PhotoInput]:
+    return [store_jobs.PhotoInput(str(tmp_path / f"p{i}.jpg"), 1) for i in range(n)]
+
+
+def _items_at(engine: Engine, job_id: int, position: int) -> list[Item]:
+    with Session(engine) as s:
+        return list(
+            s.execute(select(Item).where(Item.job_id == job_id, Item.position == position).order_by(Item.id))
+            .scalars()
+            .all()
+        )
+
+
+def _event_types(engine: Engine, job_id: int) -> list[tuple[str, int]]:
+    with Session(engine) as s:
+        rows = s.execute(
+            select(Event.type, Event.item_id).where(Event.job_id == job_id).order_by(Event.id)
+        ).all()
+    return [(r.type, r.item_id) for r in rows]
+
+
+def _claimed(engine: Engine, spec: Any, item: Item) -> store_items.Lease:
+    lease = store_items.claim(engine, spec, item.id, item.fencing_token, "w").lease
+    assert lease is not None and lease.holds_locks
+    return lease
+
+
+def test_a_middle_lane_succeed_with_its_photo_hash_locks_in_the_global_order(
+    checked: tuple[Engine, Path], tmp_path: Path
+) -> None:
+    """Given an analysis item (then exif) holding its shared photo lock; when it succeeds, writing
+    its photo's hash; then no row was locked against the order (the old finish made the exif item
+    ready after its photo and photo-lock rows), the exif item is ready after the success."""
+    engine, folder = checked
+    job = store_jobs.submit(engine, [ANALYSIS, EXIF], _photos(tmp_path, 1)).job_id
+    [first] = _items_at(engine, job, 0)
+    lease = _claimed(engine, ANALYSIS, first)
+    with fenced(engine, lease.item_id, lease.token, worker="w", what="succeed") as s:
+        hashed = [lambda s: set_photo_hash(s, lease.photo_id or 0, "ab" * 32, 1)]
+        store_items.succeed(s, lease, {"sha256": "ab" * 32}, "w", hashed)
+    assert table_order_violations(folder) == []
+    [nxt] = _items_at(engine, job, 1)
+    assert nxt.state == "pending"
+    events = _event_types(engine, job)
+    assert events.index(("item_succeeded", first.id)) < events.index(("item_ready", nxt.id))
+
+
+def test_the_last_item_before_a_bundle_releases_it_in_the_global_order(
+    checked: tuple[Engine, Path], tmp_path: Path
+) -> None:
+    """Given two analysis items before an archive bundle over both photos; when both succeed, one
+    after the other; then no row was locked against the order (the old finish locked the bundle
+    after its photo-lock rows) and the bundle is ready once, after the second success."""
+    engine, folder = checked
+    photos = _photos(tmp_path, 2)
+    job = store_jobs.submit(engine, [ANALYSIS, ARCHIVE], photos, bundle_lanes=["archive"]).job_id
+    analysed = _items_at(engine, job, 0)
+    leases = [_claimed(engine, ANALYSIS, item) for item in analysed]
+    for lease in leases:
+        with fenced(engine, lease.item_id, lease.token, worker="w", what="succeed") as s:
+            store_items.succeed(s, lease, None, "w")
+    assert table_order_violations(folder) == []
+    [bundle] = _items_at(engine, job, 1)
+    assert bundle.state == "pending"
+    events = _event_types(engine, job)
+    assert events.count(("item_ready", bundle.id)) == 1
+    assert events.index(("item_succeeded", analysed[1].id)) < events.index(("item_ready", bundle.id))
+
+
+def test_a_failure_for_good_skips_the_next_lanes_in_the_global_order(
+    checked: tuple[Engine, Path], tmp_path: Path
+) -> None:
+    """Given an analysis item (then exif) holding its photo lock; when it fails for good; then no
+    row was locked against the order (the old failure skipped the exif item after dropping its
+    photo-lock rows), the exif item is skipped after the failure and no lock row is left."""
+    engine, folder = checked
+    job = store_jobs.submit(engine, [ANALYSIS, EXIF], _photos(tmp_path, 1)).job_id
+    [first] = _items_at(engine, job, 0)
+    lease = _claimed(engine, ANALYSIS, first)
+    with fenced(engine, lease.item_id, lease.token, worker="w", what="fail") as s:
+        store_items.fail(s, ANALYSIS, lease, "unreadable", "w", retry=False)
+    assert table_order_violations(folder) == []
+    [nxt] = _items_at(engine, job, 1)
+    assert nxt.state == "skipped"
+    events = _event_types(engine, job)
+    assert events.index(("item_failed", first.id)) < events.index(("item_skipped", nxt.id))
+    with Session(engine) as s:
+        assert s.execute(select(PhotoLock)).first() is None
+
+
+def test_a_batch_finish_of_a_middle_lane_locks_in_the_global_order(
+    checked: tuple[Engine, Path], tmp_path: Path
+) -> None:
+    """Given two analysis items (then exif) claimed as one batch; when the batch succeeds in one
+    transaction, each with its photo's hash; then no row was locked against the order (the old
+    batch finish made the exif items ready after the photos it had locked) and both exif items
+    are ready."""
+    engine, folder = checked
+    job = store_jobs.submit(engine, [ANALYSIS, EXIF], _photos(tmp_path, 2)).job_id
+    analysed = _items_at(engine, job, 0)
+    request = store_items.lane_lock_request(ANALYSIS)
+    outcomes = store_items.claim_batch(
+        engine, ANALYSIS, [(i.id, i.fencing_token) for i in analysed], "w", {i.id: request for i in analysed}
+    )
+    leases = [o.lease for o in outcomes if o.lease is not None]
+    assert len(leases) == 2
+    with fenced_batch(engine, [lease.item_id for lease in leases]) as s:
+        store_items.lock_batch_finish(s, leases)
+        for lease in leases:
+            hashed = [lambda s, photo=lease.photo_id: set_photo_hash(s, photo or 0, "cd" * 32, 1)]
+            store_items.succeed(s, lease, None, "w", hashed)
+    assert table_order_violations(folder) == []
+    assert [i.state for i in _items_at(engine, job, 1)] == ["pending", "pending"]
+
+
+def test_a_sweeper_quarantine_skips_the_next_lanes_in_the_global_order(
+    checked: tuple[Engine, Path], tmp_path: Path
+) -> None:
+    """Given two analysis items (then exif) on their last attempt, holding their photo locks, whose
+    leases expired (their worker died); when the sweeper revokes both in one pass, quarantining
+    them; then no row was locked against the order (the old pass skipped an item's successors
+    after dropping photo-lock rows), both exif items are skipped and no lock row is left."""
+    engine, folder = checked
+    job = store_jobs.submit(engine, [ANALYSIS, EXIF], _photos(tmp_path, 2)).job_id
+    analysed = _items_at(engine, job, 0)
+    for item in analysed:
+        _claimed(engine, ONE_ATTEMPT, item)
+    with Session(engine) as s, s.begin():
+        s.execute(update(Item).where(Item.id.in_([i.id for i in analysed])).values(lease_expires_at=0.0))
+    revoked, quarantined = revoke_expired(engine, {"analysis": ONE_ATTEMPT})
+    assert (revoked, quarantined) == (2, 2)
+    assert table_order_violations(folder) == []
+    assert [i.state for i in _items_at(engine, job, 1)] == ["skipped", "skipped"]
+    with Session(engine) as s:
+        assert s.execute(select(PhotoLock)).first() is None
 
 
 def _item(engine: Engine, job_id: int) -> Item:
