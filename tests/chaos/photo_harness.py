@@ -96,7 +96,7 @@ MINIMUM_PER_MINUTE = {
     "resume": 1,
     "cancel": 0.5,
     "items": 150,
-    "batched_claims": 20,  # items claimed with others of a batch message (analysis, noop)
+    "batched_claims": 8,  # items claimed with others of a batch message (analysis, noop); 15-61 seen in 75 s
 }
 LONG_RUN_ITEMS = 1000  # a run of 5 minutes or more handles at least this many items
 
