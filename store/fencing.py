@@ -9,7 +9,9 @@ session's fencing token. The transaction then rolls back whole; ``fenced`` recor
 A finishing transaction checks the fence in its own compare-and-set instead (``store.items``:
 ``UPDATE … WHERE id, token, state = 'running' RETURNING id``): a matched row is the same check
 under the same row lock, held until the commit, so it marks the session ``fence_verified`` and
-the commit-boundary read is skipped; no row raises ``StaleLease`` right there.
+the commit-boundary read is skipped; no row raises ``StaleLease`` right there. A fenced session
+that writes other rows without finishing (an intent, a photo) checks the fence first
+(``lock_fence``), so the item is its first row lock, as the global lock order asks.
 """
 
 from __future__ import annotations
@@ -38,12 +40,31 @@ class FencedSession(Session):
         self.fence_token = token
 
 
+def lock_fence(session: Session) -> None:
+    """In a fenced session, check the fence now, under the item's row lock, which the transaction
+    then holds until its commit (so the commit-boundary check is skipped): raises ``StaleLease``
+    unless the lease still holds. Called before a fenced session writes any row but its item's —
+    a photo, an intent, photo-lock rows — so its first lock is the item's (the global order job
+    -> item -> photo -> intent -> photo-lock rows); a fence checked only at the commit would lock
+    the item after those rows. Nothing to do (no statement) once the fence is checked, e.g. by the
+    session's finishing compare-and-set, or outside a fenced session."""
+    if not isinstance(session, FencedSession) or session.info.get("fence_verified"):
+        return
+    _verify(session)
+    session.info["fence_verified"] = True
+
+
 @event.listens_for(FencedSession, "before_commit")
 def _check_fence(session: FencedSession) -> None:
     if session.info.get("fence_verified"):
-        # The session's finishing UPDATE matched (item, token, running) and holds the row (the
-        # write lock on SQLite) until this commit: the fence is already checked.
+        # The session's finishing UPDATE (or ``lock_fence``) matched (item, token, running) and
+        # holds the row (the write lock on SQLite) until this commit: the fence is already checked.
         return
+    _verify(session)
+
+
+def _verify(session: FencedSession) -> None:
+    """The fence check under the item's row lock: ``StaleLease`` unless the lease still holds."""
     row = session.execute(
         select(Item.state, Item.fencing_token).where(Item.id == session.fence_item_id).with_for_update()
     ).first()

@@ -31,6 +31,7 @@ from photos import fileops, recovery
 from .clock import db_now
 from .engine import reader
 from .events import emit
+from .fencing import lock_fence
 from .items import Lease
 from .models import (
     CANCELLED,
@@ -247,7 +248,10 @@ def photo_facts(engine: Engine, job_id: int, photo_id: int | None) -> dict[str, 
 
 
 def set_photo_hash(s: Session, photo_id: int, sha256: str, size: int | None) -> None:
-    """Record the photo's content hash and size (in the analysis item's final commit)."""
+    """Record the photo's content hash and size (in the analysis item's final commit). In a fenced
+    session whose fence is not checked yet (no finishing compare-and-set before it), the fence is
+    checked first (``lock_fence``): the item's row lock before the photo's."""
+    lock_fence(s)
     conn = s.connection()
     conn.execute(photo_hash_sql(conn.dialect.name), {"photo_id": photo_id, "sha256": sha256, "size": size})
 

@@ -323,3 +323,30 @@ def test_settle_orphans_does_not_deadlock_with_a_bundle_claim_over_the_same_phot
         go.set()
         engine.dispose()
         sweeper_engine.dispose()
+
+
+def test_a_fenced_photo_write_locks_its_item_first(checked: tuple[Engine, Path], tmp_path: Path) -> None:
+    """Given an analysis item holding its lease; when a fenced session records its photo's hash
+    without finishing the item (no finishing compare-and-set checks the fence first); then no row
+    was locked against the order (the fence's item lock came at the commit, after the photo's row),
+    and the hash is written. And when the lease has moved on, the same write is refused
+    (``StaleLease``) and the hash is not written."""
+    from store.errors import StaleLease
+
+    engine, folder = checked
+    job = store_jobs.submit(engine, [ANALYSIS], _photos(tmp_path, 1)).job_id
+    [item] = _items_at(engine, job, 0)
+    lease = _claimed(engine, ANALYSIS, item)
+    assert lease.photo_id is not None
+    with fenced(engine, lease.item_id, lease.token, worker="w", what="hash") as s:
+        set_photo_hash(s, lease.photo_id, "ef" * 32, 7)
+    assert table_order_violations(folder) == []
+    with Session(engine) as s:
+        assert s.get(Photo, lease.photo_id).sha256 == "ef" * 32  # type: ignore[union-attr]
+    with Session(engine) as s, s.begin():
+        s.execute(update(Item).where(Item.id == item.id).values(fencing_token=lease.token + 1))
+    with pytest.raises(StaleLease):
+        with fenced(engine, lease.item_id, lease.token, worker="w", what="hash") as s:
+            set_photo_hash(s, lease.photo_id, "00" * 32, 8)
+    with Session(engine) as s:
+        assert s.get(Photo, lease.photo_id).sha256 == "ef" * 32  # type: ignore[union-attr]
