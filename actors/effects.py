@@ -189,7 +189,8 @@ class FileEffects:
         elif kind == "publish":
             fileops.publish_no_clobber(staged, target)
         else:
-            assert source is not None
+            if source is None:
+                raise RuntimeError('internal error: expected source is not None')
             if staged != source:  # a staged hard link of the photo: it moves, then the old name goes
                 fileops.move_no_clobber(staged, target, sha256, tag=self.tag)
                 failpoints.hit(f"{self.lane}.after_move")  # landed; the old name not yet dropped

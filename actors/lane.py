@@ -71,7 +71,8 @@ def lane_actor(name: str) -> Callable[[Callable[[ItemContext], Any]], dramatiq.A
                 run_batch(batch, work_in_batch, restart_clock=restart_clock, throws=THROWS)
                 return
             ctx = current()
-            assert ctx.item_id == args[0], "the middleware claimed another item than the message names"
+            if ctx.item_id != args[0]:
+                raise RuntimeError("the middleware claimed another item than the message names")
             ctx.result = in_a_cpu_slot(ctx, fn, alone=True)  # committed by the middleware through the fence
 
         def restart_clock(ctx: ItemContext) -> None:

@@ -71,7 +71,8 @@ def _upload(
             "already_present": result.already_present,
             **extra,
         }
-    assert isinstance(target, LocalTarget)
+    if not isinstance(target, LocalTarget):
+        raise RuntimeError('internal error: expected isinstance(target, LocalTarget)')
     dest = target.destination(key)
     effects.sweep_temps(dest.parent)
     # the photo and its sidecars, each unless the same content is there already

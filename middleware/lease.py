@@ -261,7 +261,8 @@ class LeaseMiddleware(Middleware):
         spec, reason = self._lane_of(message)
         if reason:
             self._reject(message, reason)
-        assert spec is not None
+        if spec is None:
+            raise RuntimeError('internal error: expected spec is not None')
         if len(message.args) > 2:
             self._claim_batch(spec, message)
             return
@@ -439,7 +440,8 @@ class LeaseMiddleware(Middleware):
         return entry, spec
 
     def _put_back(self, entry: Any) -> None:
-        assert self._worker is not None
+        if self._worker is None:
+            raise RuntimeError('internal error: expected self._worker is not None')
         self._worker.work_queue.put(entry)  # its priority and queue time: at the front again
         self._worker.work_queue.task_done()  # the put counted a second task for one message
 

@@ -421,7 +421,8 @@ class Supervisor:
                     self._lifeline.close()
                 raise
         for slot in self._slots:
-            assert slot.process is not None
+            if slot.process is None:
+                raise RuntimeError('internal error: expected slot.process is not None')
             self._emit(
                 SupervisorEvent(
                     "started", slot.index, slot.process.pid, message=f"started as pid {slot.process.pid}"

@@ -244,7 +244,9 @@ def _read_tar(path: Path) -> tuple[bytes | None, dict[str, tuple[str, int]]]:
             if not info.isfile():
                 raise PhotoError(path, f"bundle holds {info.name!r}, which is not a regular file")
             fh = tf.extractfile(info)
-            assert fh is not None  # regular files always have data
+            # regular files always have data
+            if fh is None:
+                raise RuntimeError('internal error: expected fh is not None')
             if info.name == MANIFEST_NAME:
                 manifest = fh.read()
             else:

@@ -110,7 +110,8 @@ def build_tiff(ifds: list[Ifd], blobs: dict[str, bytes | Callable[[dict[str, int
     out = bytearray(b"II*\x00" + struct.pack("<I", 8))
     for ifd in ifds:
         start = layout[ifd.name]
-        assert len(out) == start
+        if len(out) != start:
+            raise RuntimeError('internal error: expected len(out) == start')
         entries = sorted(ifd.entries, key=lambda e: e.tag)
         data_pos = start + 2 + 12 * len(entries) + 4
         head = bytearray(struct.pack("<H", len(entries)))
@@ -118,11 +119,13 @@ def build_tiff(ifds: list[Ifd], blobs: dict[str, bytes | Callable[[dict[str, int
         for e in entries:
             n = _TYPE_SIZE[e.type] * e.count
             if e.blob is not None:
-                assert len(blob_bytes[e.blob]) == n
+                if len(blob_bytes[e.blob]) != n:
+                    raise RuntimeError('internal error: expected len(blob_bytes[e.blob]) == n')
                 head += struct.pack("<HHII", e.tag, e.type, e.count, layout[e.blob])
                 continue
             raw = e.value(layout) if callable(e.value) else e.value
-            assert len(raw) == n, (hex(e.tag), len(raw), n)
+            if len(raw) != n:
+                raise RuntimeError(f"tag {hex(e.tag)}: {len(raw)} bytes, expected {n}")
             if n <= 4:
                 field_bytes = raw.ljust(4, b"\x00")
             else:
@@ -132,7 +135,8 @@ def build_tiff(ifds: list[Ifd], blobs: dict[str, bytes | Callable[[dict[str, int
         head += struct.pack("<I", layout[ifd.next_ifd] if ifd.next_ifd else 0)
         out += head + extra
     for name, data in blob_bytes.items():
-        assert len(out) == layout[name]
+        if len(out) != layout[name]:
+            raise RuntimeError('internal error: expected len(out) == layout[name]')
         out += data + (b"\x00" if len(data) & 1 else b"")
     return bytes(out)
 
@@ -202,7 +206,8 @@ def exif_layout(pattern: str, *, image: tuple[int, int] | None = None, strip: by
     ]
     if image is not None:
         w, h = image
-        assert strip is not None
+        if strip is None:
+            raise RuntimeError('internal error: expected strip is not None')
         blobs["strip"] = strip
         ifd0.entries += [
             long_entry(0x0100, w),
@@ -304,7 +309,9 @@ def _jpeg_with_exif(tiff: bytes, size: tuple[int, int], seed: int) -> bytes:
     data = buf.getvalue()
     payload = b"Exif\x00\x00" + tiff
     app1 = b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload
-    assert data[2:4] == b"\xff\xe0"  # JFIF APP0 first, EXIF after it (as cameras+editors leave it)
+    # JFIF APP0 first, EXIF after it (as cameras+editors leave it)
+    if data[2:4] != b"\xff\xe0":
+        raise RuntimeError('internal error: expected data[2:4] == b"\\xff\\xe0"')
     app0_end = 4 + int.from_bytes(data[4:6], "big")
     return data[:app0_end] + app1 + data[app0_end:]
 

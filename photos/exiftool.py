@@ -283,7 +283,8 @@ class ExifTool:
                     [*encoded, b"-echo4", b"{ready%d status=${status}}" % n, b"-execute%d" % n, b""]
                 )
                 try:
-                    assert proc.stdin is not None
+                    if proc.stdin is None:
+                        raise RuntimeError('internal error: expected proc.stdin is not None')
                     proc.stdin.write(payload)
                     proc.stdin.flush()
                 except (BrokenPipeError, OSError):
@@ -298,7 +299,8 @@ class ExifTool:
 
     def _read_answer(self, proc: subprocess.Popen[bytes], n: int) -> tuple[bytes, bytes, int]:
         """Read stdout up to ``{readyN}`` and stderr up to ``{readyN status=S}``."""
-        assert proc.stdout is not None and proc.stderr is not None
+        if not (proc.stdout is not None and proc.stderr is not None):
+            raise RuntimeError('internal error: expected proc.stdout is not None and proc.stderr is not None')
         out_marker = b"{ready%d}" % n
         out, err = bytearray(), bytearray()
         out_done = err_done = False
@@ -339,7 +341,8 @@ class ExifTool:
                             sel.unregister(proc.stderr)
         finally:
             sel.close()
-        assert status is not None
+        if status is None:
+            raise RuntimeError('internal error: expected status is not None')
         return bytes(out), bytes(err), status
 
     @staticmethod

@@ -154,7 +154,7 @@ def _best_preview(path: Path) -> tuple[str, Image.Image] | None:
                 data = Path(tmp, name).read_bytes()
                 img = Image.open(io.BytesIO(data))
                 img.load()
-            except Exception:  # a preview that does not decode is not a preview
+            except Exception:  # noqa: S112 - a preview that does not decode is not a preview: try the next
                 continue
             area = img.size[0] * img.size[1]
             rank = (area, -PREVIEW_TAGS.index(tag))

@@ -145,9 +145,11 @@ class UploadTarget:
     def connect(self, client: Any = None) -> LocalTarget | S3Target:
         """The target object that performs uploads (``client`` is an optional boto3 S3 client)."""
         if self.kind == "local":
-            assert self.root is not None
+            if self.root is None:
+                raise RuntimeError('internal error: expected self.root is not None')
             return LocalTarget(self.root)
-        assert self.bucket is not None
+        if self.bucket is None:
+            raise RuntimeError('internal error: expected self.bucket is not None')
         return S3Target(self.bucket, self.prefix, endpoint_url=self.endpoint_url, client=client)
 
 

@@ -43,5 +43,6 @@ def head_revision() -> str:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     head = ScriptDirectory.from_config(cfg).get_current_head()
-    assert head is not None
+    if head is None:
+        raise RuntimeError('internal error: expected head is not None')
     return head
