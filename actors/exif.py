@@ -68,14 +68,19 @@ def _raw_sidecar(
 ) -> dict[str, Any]:
     """A raw's edit goes to its XMP sidecar (updated in place, or created next to it), exactly once;
     the raw itself stays byte-identical."""
-    raw_sha = fileops.sha256_file(raw, roots=readable_roots(ctx) or None)
-    target, content, before = write_sidecar(raw, edit)
+    # the raw's own bytes (its capture time for a shift) are read from the inode checked here
+    with pin_inside(raw, readable_roots(ctx) or None, resolve_roots=False) as pinned, pinned.as_photo():
+        failpoints.hit("exif.after_check")
+        raw_sha = pinned.sha256()
+        target, content, before = write_sidecar(raw, edit, read_raw=pinned.name)
     if content is None or content == before:
         return {"target": str(target), "unchanged": True, "sidecar": str(target), "fields": fields}
     effects.sweep_temps(target.parent)
     staged = fileops.stage_bytes(target, effects.tag, content)
     failpoints.hit("exif.after_stage")
     try:
+        if not pinned.still_at():  # the raw at the path is not the one whose time was read
+            raise PhotoError(raw, "was replaced while its sidecar was written; nothing was written")
         ctx.check()  # last safe point: nothing recorded yet
     except BaseException:
         staged.unlink(missing_ok=True)

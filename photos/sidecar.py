@@ -124,12 +124,13 @@ def _record(tool: exiftool.ExifTool, path: Path, *tags: str) -> dict[str, Any]:
 
 
 def _shifted(
-    raw: Path, sidecar: Path | None, current: dict[str, Any], shift: timedelta, tool: exiftool.ExifTool
-) -> str:
+    raw: Path, sidecar: Path | None, current: dict[str, Any], shift: timedelta, tool: exiftool.ExifTool,
+    read_raw: Path | None = None,
+) -> str:  # fmt: skip
     """The raw's capture time moved by ``shift`` (from the sidecar's, where an earlier shift put it)."""
     value = current.get("XMP-exif:DateTimeOriginal")
     if not value:
-        value = _record(tool, raw, "-EXIF:DateTimeOriginal").get("ExifIFD:DateTimeOriginal")
+        value = _record(tool, read_raw or raw, "-EXIF:DateTimeOriginal").get("ExifIFD:DateTimeOriginal")
     if not value:
         raise PhotoError(raw, "cannot shift the capture time: the raw has no DateTimeOriginal")
     text = str(value).strip()
@@ -140,11 +141,14 @@ def _shifted(
     return (taken + shift).strftime(_DT) + text[19:]
 
 
-def write_sidecar(raw: str | os.PathLike[str], edit: ExifEdit) -> tuple[Path, bytes | None, bytes | None]:
+def write_sidecar(
+    raw: str | os.PathLike[str], edit: ExifEdit, *, read_raw: str | os.PathLike[str] | None = None
+) -> tuple[Path, bytes | None, bytes | None]:
     """The sidecar ``edit`` produces for ``raw``: ``(its path, its new content, its content now)``
     (None: no sidecar; the two equal: nothing to change). Nothing is written: the caller stages
     and applies it (the raw itself is never opened for writing). Keywords merge with the
-    sidecar's own; its other content is kept (exiftool edits the XMP packet in place)."""
+    sidecar's own; its other content is kept (exiftool edits the XMP packet in place). ``read_raw``
+    is the name the raw's own bytes are read through (the exif lane's pinned, checked inode)."""
     raw = Path(raw)
     if not raw.is_file():
         raise PhotoError(raw, "file not found (deleted or moved after submission)")
@@ -154,7 +158,8 @@ def write_sidecar(raw: str | os.PathLike[str], edit: ExifEdit) -> tuple[Path, by
     current = _record(tool, existing, *_STATE_TAGS) if existing else {}
     args = exiftool_args(replace(edit, shift=None), fmt="XMP", current=current, path=target)
     if edit.shift:
-        args.append(f"-XMP-exif:DateTimeOriginal={_shifted(raw, existing, current, edit.shift, tool)}")
+        shifted = _shifted(raw, existing, current, edit.shift, tool, Path(read_raw) if read_raw else None)
+        args.append(f"-XMP-exif:DateTimeOriginal={shifted}")
         if not any(a.startswith("-XMP-x:XMPToolkit") for a in args):
             toolkit = current.get("XMP-x:XMPToolkit")
             args.append(f"-XMP-x:XMPToolkit={toolkit}" if toolkit else "-XMP-x:XMPToolkit=")

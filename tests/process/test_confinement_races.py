@@ -20,6 +20,7 @@ from sqlalchemy import Engine
 from photojobs.api import Client
 from photojobs.config import Settings
 from photos.samples import generate_samples
+from tests.raw_support import make_raw, preview_jpeg
 from tests.support import Fleet, items_of, job_done, wait_for
 
 PARAMS: dict[str, dict[str, Any]] = {
@@ -212,3 +213,28 @@ def test_a_bundle_never_reads_a_member_swapped_for_a_symlink_after_the_check(
     assert "outside the photo roots" in (item.error or ""), item.error
     assert entries(tmp_path / "archive") == []
     assert photo.is_symlink() and sha(outside) == outside_sha
+
+
+def test_a_raw_sidecar_shift_never_reads_the_time_of_a_raw_swapped_in_after_the_check(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given a raw without a sidecar (taken 2021-07-04 18:30:05) and outside the roots another raw
+    # (taken 1999-12-31 23:00:00); an exif worker shifting the raw's time +1h checked the raw, whose
+    # path is then swapped for a symlink to the outside raw before its capture time is read
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    raw = make_raw(photos / "DSC_0001.NEF", preview=preview_jpeg())
+    outside = make_raw(tmp_path / "outside.NEF", taken="1999:12:31 23:00:00", preview=preview_jpeg())
+    outside_sha = sha(outside)
+    with reads_of(outside) as reads:
+        job = _run_with_swap(
+            "exif", engine, env, fleet, tmp_path, "after_check", raw, outside, {"exif.shift": "+1h"}
+        )
+    # Then the outside raw was never read, the item fails (the raw at the path is not the one whose
+    # time was read) and no sidecar was written
+    assert reads == [0], f"the exif lane read the outside raw {reads[0]} time(s)"
+    (item,) = items_of(engine, job)
+    assert item.state == "failed", item.result
+    assert "replaced" in (item.error or ""), item.error
+    assert entries(photos) == [raw] and raw.is_symlink()
+    assert sha(outside) == outside_sha
