@@ -647,14 +647,22 @@ def _successor_ids(s: Session, finishing: Iterable[tuple[int, int, Iterable[int]
     return ids
 
 
-def lock_successors(s: Session, finishing: Iterable[tuple[int, int, Iterable[int]]]) -> None:
-    """PostgreSQL: row-lock, in ascending id, what ending the items ``finishing`` ((job id,
-    position, photo ids) each) may move on (``skip_successors``, ``advance_pipeline``): a
-    transaction that ends several items and releases their photo locks (the sweeper's revocation)
-    takes these rows before its first photo-lock row, as the global order asks (a later UPDATE of
-    a row locked here waits for nobody). The caller holds the jobs' share locks."""
-    if s.get_bind().dialect.name == "postgresql":
-        _lock_items(s, _successor_ids(s, finishing))
+def lock_successors(s: Session, item_ids: Sequence[int]) -> None:
+    """PostgreSQL: row-lock, in ascending id, what ending the items ``item_ids`` may move on (the
+    next lane's waiting bundle, the later lanes' waiting items of their photos: ``skip_successors``):
+    a transaction that ends several items and releases their photo locks (the sweeper's
+    revocation) takes these rows before its first photo-lock row, as the global order asks (a later
+    UPDATE of a row locked here waits for nobody). Called before the items themselves are locked
+    (the sweeper locks them ``SKIP LOCKED``): a finish of one of them holds the bundle before its own
+    row (``lock_bundle``), so waiting here for the bundle while holding the item would deadlock with
+    it. The caller holds the jobs' share locks."""
+    if s.get_bind().dialect.name != "postgresql" or not item_ids:
+        return
+    finishing: list[tuple[int, int, list[int]]] = []
+    for chunk in chunked(sorted(set(item_ids))):
+        rows = s.execute(select(Item.job_id, Item.position, Item.photo_id).where(Item.id.in_(chunk))).all()
+        finishing += [(r.job_id, r.position, [r.photo_id] if r.photo_id is not None else []) for r in rows]
+    _lock_items(s, _successor_ids(s, finishing))
 
 
 def release_locks(s: Session, item_id: int) -> int | None:

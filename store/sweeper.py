@@ -108,6 +108,9 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
                 .with_for_update(read=True)
             ).all()
         )
+        # What a quarantine skips (or a bundle it releases): locked before any photo-lock row goes,
+        # and before the expired items (a finish holds the bundle before its own row).
+        lock_successors(s, [c.id for c in candidates])
         rows = (
             s.execute(
                 select(Item)
@@ -122,8 +125,6 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
             .scalars()
             .all()
         )
-        # What a quarantine skips (or a bundle it releases), locked before any photo-lock row goes.
-        lock_successors(s, [(i.job_id, i.position, [i.photo_id] if i.photo_id else []) for i in rows])
         for item in rows:
             # Read before the UPDATE: the session refreshes ``item`` from it.
             old_token, owner = item.fencing_token, item.lease_owner
