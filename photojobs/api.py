@@ -31,7 +31,7 @@ from photojobs.roots import (
 from photos.containment import real_roots
 from photos.errors import InvalidParameter
 from photos.fileops import is_staged_name
-from photos.params import ALLOWED_ROOTS_KEY, refuse_untrusted, validate_params
+from photos.params import ALLOWED_ROOTS_KEY, SKIPPED_KEY, refuse_untrusted, validate_params
 from photos.raw import RAW_SUFFIXES, is_raw
 from photos.sidecar import is_sidecar, owner_of
 from store import events as store_events
@@ -270,6 +270,8 @@ class Client:
         if confined:
             allowed = [*dest_roots, *out_roots, *_local_targets(named)]
             clean[ALLOWED_ROOTS_KEY] = sorted({str(r) for r in real_roots(allowed)})
+        if scan.skipped:
+            clean[SKIPPED_KEY] = dict(scan.skipped)
         return Plan(names, clean, inputs, [str(r) for r in roots], fingerprint, scan.skipped)
 
     def submit(

@@ -98,6 +98,8 @@ def _folder(value: Any) -> str:
 # folders a confined job may read and write (photo roots and output roots); the workers re-check
 # every destination against them at the moment of use.
 ALLOWED_ROOTS_KEY = "job.allowed_roots"
+# What the folder scan left out, by reason, recorded with the job (shown by status and the dashboard).
+SKIPPED_KEY = "job.skipped"
 
 # Parameters that can hurt or hog a worker: refused from the web API unless PHOTOJOBS_DIAGNOSTICS=1.
 DIAGNOSTIC_PARAMS = ("noop.sleep", "noop.spin", "noop.crash_if", "noop.fail_if")

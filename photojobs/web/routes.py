@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from photojobs.api import NotApplicable, SubmissionError, UnknownJob
 from photojobs.roots import OutsideRoots
+from photos.params import SKIPPED_KEY
 from store.errors import BacklogFull
 from store.jobs import JobStatus
 from store.listing import JOB_STATES
@@ -99,6 +100,7 @@ def status_dict(st: JobStatus) -> dict[str, Any]:
         "totals": {k: v for k, v in st.totals().items() if v},
         "created_at": st.created_at,
         "params": st.params,
+        "skipped": st.params.get(SKIPPED_KEY, {}),
     }
 
 

@@ -55,6 +55,7 @@ def photos(tmp_path: Path) -> Path:
     root = tmp_path / "photos"
     generate_samples(root / "album", 4, size=(320, 240))
     (root / "album" / "broken.jpg").write_bytes(b"this is not a JPEG")
+    (root / "album" / "notes.txt").write_text("not a photo")
     make_files(root / "slow", 6)
     return root
 
@@ -93,11 +94,11 @@ def test_dashboard_login_submit_progress_pause_resume_retry(
     # Then the dashboard shows, with the live stream connected
     expect(page.locator("#main")).to_be_visible()
     expect(page.locator("#live")).to_have_text("live")
-    # When a job is submitted through the form over four photos and one broken file
+    # When a job is submitted through the form over four photos, one broken file and one text file
     page.fill("#lanes", "analysis")
     page.fill("#paths", "album")
     page.click("#submit-form button[type=submit]")
-    expect(page.locator("#submit-result")).to_contain_text("submitted: 5 item(s)")
+    expect(page.locator("#submit-result")).to_contain_text("submitted: 5 item(s); left out: 1 not a photo")
     job_id = page.locator("#submit-result").get_attribute("data-job")
     # Then the analysis lane's progress bar reaches 100 % live, and the job is partial (one failed)
     lane = page.locator(f'.job[data-job="{job_id}"] .lane[data-lane="analysis"]')
@@ -111,6 +112,8 @@ def test_dashboard_login_submit_progress_pause_resume_retry(
     expect(group).to_have_attribute("data-count", "1")
     expect(group.locator(".reason")).to_contain_text("<path>")
     expect(group.locator("ul")).to_contain_text("broken.jpg")
+    # and sees what the folder scan left out
+    expect(page.locator("#skipped")).to_contain_text("1 not a photo")
     page.screenshot(path=str(shots / "03-failures.png"), full_page=True)
     readme_shot = os.environ.get("PHOTOJOBS_DASHBOARD_SCREENSHOT")
     if readme_shot:

@@ -73,6 +73,7 @@ def test_every_status_code_of_the_api(server: WebServer, fleet: Fleet, photos: P
     assert job == {"job": job["job"], "items": 5, "skipped": {"hidden file": 1}}
     st = wait_job(http, job["job"])
     assert st["state"] == "partial" and st["lanes"] == {"noop": {"succeeded": 3, "failed": 2}}
+    assert st["skipped"] == {"hidden file": 1}  # recorded with the job, for the dashboard
     assert st["failures"][0]["reason"] == "RuntimeError: noop.fail_if matched <path>"
     assert st["failures"][0]["count"] == 2 and len(st["failures"][0]["examples"]) == 2
     # And listing jobs and items pages by cursor

@@ -78,7 +78,8 @@
     try {
       const r = await api("POST", "api/jobs", body);
       await refreshJob(r.job);
-      out.textContent = `job ${r.job} submitted: ${r.items} item(s)`;
+      const left = Object.entries(r.skipped || {}).map(([why, n]) => `${n} ${why}`).join(", ");
+      out.textContent = `job ${r.job} submitted: ${r.items} item(s)` + (left ? `; left out: ${left}` : "");
       out.className = "note";
       out.dataset.job = String(r.job);
     } catch (e) { out.textContent = e.message; out.className = "error"; }
@@ -159,6 +160,8 @@
       el("div", { class: "reason" }, g.reason),
       el("ul", {}, ...g.examples.map((x) => el("li", {}, `item ${x.item}: ${x.path || ""} — ${x.error || ""}`))))));
     if (!groups.length) box.append(el("p", { class: "note" }, "No failures."));
+    const left = Object.entries(st.skipped || {}).map(([why, n]) => `${n} ${why}`).join(", ");
+    if (left) box.append(el("p", { class: "note", id: "skipped" }, `Left out by the folder scan: ${left}.`));
   }
 
   // -- workers and events ----------------------------------------------------------------------------
