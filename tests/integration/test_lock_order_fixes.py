@@ -350,3 +350,89 @@ def test_a_fenced_photo_write_locks_its_item_first(checked: tuple[Engine, Path],
             set_photo_hash(s, lease.photo_id, "00" * 32, 8)
     with Session(engine) as s:
         assert s.get(Photo, lease.photo_id).sha256 == "ef" * 32  # type: ignore[union-attr]
+
+
+def test_a_sweeper_revocation_does_not_deadlock_with_a_batch_finish_before_a_bundle(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Given two analysis items X < Y claimed as one batch, before an archive bundle over their
+    photos (the bundle's id is the lowest), Y's lease expired; when the sweeper's revocation has
+    locked Y (paused there by a statement hook) and the batch's finish locks the bundle, X and Y
+    in ascending id and waits for Y; then, the sweeper resumed, nobody deadlocks (a sweeper that
+    locked what a quarantine skips — the bundle — after Y waited for the finish that waited for
+    it): the sweeper revokes Y, the batch finish is refused as stale or commits."""
+    from store.errors import StaleLease
+
+    engine = make_engine(pg_url)
+    sweeper_engine = make_engine(pg_url)
+    paused, go = threading.Event(), threading.Event()
+    try:
+        photos = _photos(tmp_path, 2)
+        job = store_jobs.submit(engine, [ANALYSIS, ARCHIVE], photos, bundle_lanes=["archive"]).job_id
+        analysed = _items_at(engine, job, 0)
+        [bundle] = _items_at(engine, job, 1)
+        assert bundle.id < analysed[0].id < analysed[1].id
+        request = store_items.lane_lock_request(ANALYSIS)
+        pairs = [(i.id, i.fencing_token) for i in analysed]
+        outcomes = store_items.claim_batch(engine, ANALYSIS, pairs, "w", {i.id: request for i in analysed})
+        leases = [o.lease for o in outcomes if o.lease is not None]
+        assert len(leases) == 2
+        y = analysed[1].id
+        with Session(engine) as s, s.begin():
+            s.execute(update(Item).where(Item.id == y).values(lease_expires_at=0.0))
+
+        def hook(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            if not paused.is_set() and "SKIP LOCKED" in statement and "FROM items" in statement:
+                paused.set()
+                go.wait(60)
+
+        event.listen(sweeper_engine, "after_cursor_execute", hook)
+        outcome: dict[str, Any] = {}
+
+        def sweep() -> None:
+            try:
+                outcome["revoked"] = revoke_expired(sweeper_engine, {"analysis": ANALYSIS})
+            except Exception as exc:  # noqa: BLE001 - asserted below
+                outcome["sweep_error"] = exc
+
+        def finish() -> None:
+            try:
+                with fenced_batch(engine, [lease.item_id for lease in leases]) as s:
+                    store_items.lock_batch_finish(s, leases)
+                    for lease in leases:
+                        store_items.succeed(s, lease, None, "w")
+            except Exception as exc:  # noqa: BLE001 - asserted below
+                outcome["finish_error"] = exc
+
+        sweeper, finisher = threading.Thread(target=sweep), threading.Thread(target=finish)
+        # When the sweeper holds Y and the batch finish waits for a row lock
+        sweeper.start()
+        wait_for(paused.is_set, what="the sweeper to lock the expired items")
+        finisher.start()
+        with engine.connect() as monitor:
+
+            def finish_waits() -> bool:
+                waiting = monitor.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND wait_event_type = 'Lock'"
+                    )
+                ).scalar_one()
+                monitor.rollback()
+                return bool(waiting)
+
+            wait_for(finish_waits, what="the batch finish to wait for a row lock")
+        go.set()
+        sweeper.join(60)
+        finisher.join(60)
+        assert not sweeper.is_alive() and not finisher.is_alive()
+
+        # Then nobody deadlocked: Y was revoked, the finish refused as stale (or it committed)
+        assert "sweep_error" not in outcome, f"the sweeper raised: {outcome['sweep_error']}"
+        error = outcome.get("finish_error")
+        assert error is None or isinstance(error, StaleLease), f"the batch finish raised: {error}"
+        assert outcome["revoked"] == (1, 0)
+    finally:
+        go.set()
+        engine.dispose()
+        sweeper_engine.dispose()
