@@ -28,6 +28,7 @@ import pillow_heif
 from PIL import Image, UnidentifiedImageError
 
 from photos.errors import UnreadableImage, describe_content
+from photos.orientation import upright
 from photos.raw import is_raw, raw_facts, raw_pixels
 
 pillow_heif.register_heif_opener()
@@ -46,15 +47,6 @@ if Image.MAX_IMAGE_PIXELS is not None and Image.MAX_IMAGE_PIXELS < DEFAULT_MAX_P
     Image.MAX_IMAGE_PIXELS = DEFAULT_MAX_PIXELS
 
 _CHUNK = 1024 * 1024
-_ORIENT_OPS = {
-    2: Image.Transpose.FLIP_LEFT_RIGHT,
-    3: Image.Transpose.ROTATE_180,
-    4: Image.Transpose.FLIP_TOP_BOTTOM,
-    5: Image.Transpose.TRANSPOSE,
-    6: Image.Transpose.ROTATE_270,
-    7: Image.Transpose.TRANSVERSE,
-    8: Image.Transpose.ROTATE_90,
-}
 _EXIF_IFD, _GPS_IFD = 0x8769, 0x8825
 _ORIENTATION, _MAKE, _MODEL = 0x0112, 0x010F, 0x0110
 _DATETIME_ORIGINAL, _LENS_MAKE, _LENS_MODEL = 0x9003, 0xA433, 0xA434
@@ -148,7 +140,7 @@ def _analyze_open(path: Path, fh: Any, size: int, sha256: str, max_pixels: int) 
             raise UnreadableImage(path, f"refused as a decompression bomb: {exc}") from exc
         except (OSError, ValueError, SyntaxError, RuntimeError, zlib.error, EOFError, MemoryError) as exc:
             raise UnreadableImage(path, f"cannot decode {fmt} data (truncated or corrupt): {exc}") from exc
-    work = _orient(work, exif["orientation"])
+    work = upright(work, exif["orientation"])
     return {
         "format": fmt,
         "width": width,
@@ -156,11 +148,7 @@ def _analyze_open(path: Path, fh: Any, size: int, sha256: str, max_pixels: int) 
         **exif,
         "file_size": size,
         "sha256": sha256,
-        "phash": str(imagehash.phash(work)),
-        "dhash": str(imagehash.dhash(work)),
-        "sharpness": sharpness(work),
-        "exposure": exposure(work),
-        "colors": dominant_colors(work),
+        **_measures(work),
     }
 
 
@@ -184,11 +172,7 @@ def _analyze_raw(path: Path, size: int, sha256: str, max_pixels: int) -> dict[st
         "pixels_from": pixels.source,
         "file_size": size,
         "sha256": sha256,
-        "phash": str(imagehash.phash(work)),
-        "dhash": str(imagehash.dhash(work)),
-        "sharpness": sharpness(work),
-        "exposure": exposure(work),
-        "colors": dominant_colors(work),
+        **_measures(work),
     }
 
 
@@ -218,11 +202,6 @@ def _working_image(img: Image.Image) -> Image.Image:
     if new_size != rgb.size:
         rgb = rgb.resize(new_size, Image.Resampling.BILINEAR, reducing_gap=2.0)
     return rgb
-
-
-def _orient(img: Image.Image, orientation: int | None) -> Image.Image:
-    op = _ORIENT_OPS.get(orientation or 1)
-    return img.transpose(op) if op is not None else img
 
 
 # -- EXIF ----------------------------------------------------------------------------------------
@@ -396,3 +375,14 @@ def near_duplicate_groups(items: Iterable[tuple[K, str | None]], max_distance: i
     for i in range(n):
         groups.setdefault(find(i), []).append(keys[i])
     return [members for _root, members in sorted(groups.items()) if len(members) >= 2]
+
+
+def _measures(work: Image.Image) -> dict[str, Any]:
+    """The pixel measures of a working-size picture: perceptual hashes, sharpness, exposure, colours."""
+    return {
+        "phash": str(imagehash.phash(work)),
+        "dhash": str(imagehash.dhash(work)),
+        "sharpness": sharpness(work),
+        "exposure": exposure(work),
+        "colors": dominant_colors(work),
+    }

@@ -49,10 +49,21 @@ def resolve_inside(
     if not roots:
         raise OutsideRoot(path, f"outside {what}: no roots are known")
     real = Path(path).expanduser().resolve()
-    allowed = real_roots(roots) if resolve_roots else [Path(r) for r in roots]
-    if not is_within(real, allowed):
-        raise OutsideRoot(path, f"resolves outside {what}")
+    _refuse_outside(path, real, roots, what, resolve_roots)
     return real
+
+
+def _refuse_outside(
+    path: str | os.PathLike[str],
+    real: Path,
+    roots: Sequence[str | os.PathLike[str]],
+    what: str,
+    resolve_roots: bool,
+) -> None:
+    """:class:`OutsideRoot` unless ``real`` (``path``'s real location) lies inside ``roots``."""
+    allowed = real_roots(roots) if resolve_roots else [Path(r) for r in roots]
+    if not roots or not is_within(real, allowed):
+        raise OutsideRoot(path, f"resolves outside {what}")
 
 
 def open_inside(
@@ -70,9 +81,7 @@ def open_inside(
     try:
         link = f"/proc/self/fd/{fd}"
         real = Path(os.readlink(link)) if os.path.exists(link) else Path(path).resolve()
-        allowed = real_roots(roots) if resolve_roots else [Path(r) for r in roots]
-        if not roots or not is_within(real, allowed):
-            raise OutsideRoot(path, f"resolves outside {what}")
+        _refuse_outside(path, real, roots, what, resolve_roots)
     except BaseException:
         os.close(fd)
         raise

@@ -23,6 +23,7 @@ from PIL import Image
 
 from photos import exiftool
 from photos.errors import NeedsExiftool, PhotoError, UnreadableImage
+from photos.orientation import upright
 
 #: Every common camera raw extension (lower case, with the dot): Canon, Nikon, Sony, Adobe DNG,
 #: Olympus/OM, Panasonic, Fujifilm, Pentax, Samsung, Sigma, Phase One, Hasselblad, Minolta, Epson,
@@ -124,7 +125,7 @@ def raw_pixels(path: Path, orientation: int) -> RawPixels:
     preview = _best_preview(path)
     if preview is not None:
         tag, img = preview
-        return RawPixels(_upright(img, orientation), tag)
+        return RawPixels(upright(img, orientation), tag)
     try:
         return RawPixels(_libraw(path), "libraw")
     except UnreadableImage as exc:
@@ -176,20 +177,6 @@ def _libraw(path: Path) -> Image.Image:
     return Image.fromarray(rgb, "RGB")  # LibRaw applies the camera's orientation itself
 
 
-_ORIENT = {
-    2: Image.Transpose.FLIP_LEFT_RIGHT,
-    3: Image.Transpose.ROTATE_180,
-    4: Image.Transpose.FLIP_TOP_BOTTOM,
-    5: Image.Transpose.TRANSPOSE,
-    6: Image.Transpose.ROTATE_270,
-    7: Image.Transpose.TRANSVERSE,
-    8: Image.Transpose.ROTATE_90,
-}
-
-
-def _upright(img: Image.Image, orientation: int) -> Image.Image:
-    op = _ORIENT.get(orientation)
-    return img.transpose(op) if op is not None else img
 
 
 def _tool(path: Path) -> exiftool.ExifTool:
