@@ -1,4 +1,4 @@
-"""Exactly-once file effects (DESIGN.md rule 9), shared by the exif, rename, archive and upload lanes.
+"""Exactly-once file effects (docs/design.md rule 9), shared by the exif, rename, archive and upload lanes.
 
 Order of every effect: stage the output next to its target (fsynced) -> record an intent in a
 fenced transaction -> apply it with one atomic operation (fsync the directory) -> mark it applied

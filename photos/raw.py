@@ -1,6 +1,6 @@
 """Camera RAW files: which names are raws, and what is read from one (camera facts, pixels).
 
-A raw is never written (DESIGN.md rule 10; its metadata goes to an XMP sidecar, ``photos.sidecar``).
+A raw is never written (docs/design.md rule 10; its metadata goes to an XMP sidecar, ``photos.sidecar``).
 Reading one: the camera's facts (make, model, lens, capture time, orientation, size, GPS) come from
 its metadata through exiftool; the pixels the analysis looks at come from the largest embedded JPEG
 preview that decodes (``JpgFromRaw``, ``PreviewImage``, ``OtherImage``, ``ThumbnailImage`` — the

@@ -1,4 +1,4 @@
-"""Deciding the fate of a recorded file effect from what is on disk (DESIGN.md rule 9).
+"""Deciding the fate of a recorded file effect from what is on disk (docs/design.md rule 9).
 
 A recovering attempt, a stopping item and the sweeper all use :func:`settle_on_disk`. It first
 *consumes* the effect's staged file (an atomic rename to a name of its own), so a zombie attempt

@@ -21,7 +21,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.sql.elements import ColumnElement
 
-# Item states (DESIGN.md "Model").
+# Item states (docs/design.md "Model").
 WAITING = "waiting"  # an earlier lane of the pipeline is not done for this photo
 PENDING = "pending"  # ready, no message in the broker
 QUEUED = "queued"  # a message is (believed to be) in Redis
@@ -136,7 +136,7 @@ class ItemPhoto(Base):
 class PhotoLock(Base):
     """A held photo lock: part of its item's lease (released by its final commit, freed on revoke),
     except while the item has an unsettled intent: then the intent holds it (``intent_id``) until
-    the intent is applied-and-marked or discarded (DESIGN.md rule 6)."""
+    the intent is applied-and-marked or discarded (docs/design.md rule 6)."""
 
     __tablename__ = "photo_locks"
 

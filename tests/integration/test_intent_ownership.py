@@ -1,4 +1,4 @@
-"""Intents own their photo until settled (DESIGN.md rules 6 and 9), against the real store."""
+"""Intents own their photo until settled (docs/design.md rules 6 and 9), against the real store."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The floors import downwards only (DESIGN.md "Layout"): photojobs -> actors -> middleware -> store, photos.
+"""The floors import downwards only (docs/design.md "Layout"): photojobs -> actors -> middleware -> store,
+photos.
 
 Every ``.py`` file of a package is parsed with :mod:`ast`; every import counts, including those inside
 functions (a lazy import is still a dependency) and relative ones (resolved to their package).
@@ -23,7 +24,7 @@ FORBIDDEN: dict[str, set[str]] = {
 
 # The one upward import allowed: ``dramatiq actors`` imports the package ``actors``, whose
 # ``__init__`` is the worker process's entry point and builds its broker from the command's
-# configuration before the lane modules declare their actors (DESIGN.md: "actors/ the broker setup
+# configuration before the lane modules declare their actors (docs/design.md: "actors/ the broker setup
 # `dramatiq actors` imports"). The lane modules themselves import nothing from photojobs.
 ENTRY_POINTS: dict[str, set[str]] = {"actors/__init__.py": {"photojobs.runtime"}}
 
