@@ -170,3 +170,43 @@ def make_raw(
     t.patch(4, ifd0)
     path.write_bytes(bytes(t.buf))
     return path
+
+
+def make_xmp_sidecar(
+    path: Path,
+    *,
+    keywords: tuple[str, ...] = (),
+    rating: int | None = None,
+    description: str | None = None,
+    label: str | None = None,
+) -> Path:
+    """Write an XMP sidecar as a raw editor leaves one (rating, description, colour label, keywords in
+    ``dc:subject``) to ``path``; returns ``path``."""
+    props = []
+    if rating is not None:
+        props.append(f"  <xmp:Rating>{rating}</xmp:Rating>")
+    if label is not None:
+        props.append(f"  <xmp:Label>{label}</xmp:Label>")
+    if description is not None:
+        props.append(
+            "  <dc:description><rdf:Alt><rdf:li xml:lang='x-default'>"
+            f"{description}</rdf:li></rdf:Alt></dc:description>"
+        )
+    if keywords:
+        items = "".join(f"<rdf:li>{k}</rdf:li>" for k in keywords)
+        props.append(f"  <dc:subject><rdf:Bag>{items}</rdf:Bag></dc:subject>")
+    body = "\n".join(props)
+    path.write_text(
+        "<?xpacket begin='\ufeff' id='W5M0MpCehiHzreSzNTczkc9d'?>\n"
+        "<x:xmpmeta xmlns:x='adobe:ns:meta/'>\n"
+        "<rdf:RDF xmlns:rdf='http://www.w3.org/1999/02/22-rdf-syntax-ns#'>\n"
+        " <rdf:Description rdf:about='' xmlns:dc='http://purl.org/dc/elements/1.1/'"
+        " xmlns:xmp='http://ns.adobe.com/xap/1.0/'>\n"
+        f"{body}\n"
+        " </rdf:Description>\n"
+        "</rdf:RDF>\n"
+        "</x:xmpmeta>\n"
+        "<?xpacket end='w'?>\n",
+        encoding="utf-8",
+    )
+    return path

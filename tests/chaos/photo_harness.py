@@ -45,6 +45,7 @@ from store.models import Item, Photo
 from tests.chaos.checker import SETTLED_JOB_STATES
 from tests.chaos.harness import PLAIN, ChaosJob, ChaosRun, EventTail, Worker
 from tests.chaos.photo_model import Baseline, take_baseline
+from tests.raw_support import make_raw, make_xmp_sidecar, preview_jpeg
 from tests.support import ROOT, pid_of_owner
 
 LANES = ["noop", *PHOTO_LANES]  # every worker serves every lane
@@ -54,6 +55,16 @@ THREADS = 2
 # thawed after its lease expired, and goes on) and one "killer" (dies at a boundary of the deck).
 FAILPOINT_RATE = 0.25  # chance that one hit of an armed boundary fires
 DATED_JPEGS, UNDATED_JPEGS, DATED_PNGS, UNDATED_PNGS = 26, 4, 3, 2
+# Camera raws (never written; metadata to an XMP sidecar that moves with the raw): (name, make,
+# model, capture time, the sidecar it starts with: None, "ext" = NAME.EXT.xmp, "stem" = NAME.xmp).
+# The last is half of a RAW+JPEG pair: the first dated JPEG is renamed to its stem.
+RAWS = (
+    ("DSC_0100.NEF", "NIKON CORPORATION", "NIKON D750", "2021:07:04 18:30:05", None),
+    ("IMG_0200.CR2", "Canon", "Canon EOS 5D Mark IV", "2022:03:12 09:15:30", "ext"),
+    ("_DSC0300.ARW", "SONY", "ILCE-7M3", "2020:11:28 16:45:00", "stem"),
+    ("IMG_0400.NEF", "NIKON CORPORATION", "NIKON Z 6", "2023:01:02 08:00:10", None),
+)
+PAIR_JPEG = "IMG_0400.jpg"
 HOT = 12  # photos most jobs of a wave share
 WAVE_TIMEOUT = 180.0  # a wave whose movers have not settled by then is reported and cancelled
 MAX_LINGERING = 4  # jobs that move no photo and may still run when the next wave comes
@@ -133,7 +144,8 @@ class DeadFleet(AssertionError):
 
 
 def make_photos(folder: Path, seed: int) -> list[Path]:
-    """Real photos: dated JPEGs (with bursts), undated JPEGs, dated and undated PNGs."""
+    """Real photos: dated JPEGs (with bursts), undated JPEGs, dated and undated PNGs, and camera raws
+    (``RAWS``: with embedded previews; two with an editor's sidecar, one of a RAW+JPEG pair)."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = generate_samples(folder, DATED_JPEGS + UNDATED_JPEGS, seed=seed % 1000, size=(240, 180))
     for p in paths[DATED_JPEGS:]:
@@ -145,6 +157,22 @@ def make_photos(folder: Path, seed: int) -> list[Path]:
         else:
             make_png(png, size=(96 + i, 64), taken=None)
         paths.append(png)
+    pair = paths[0].rename(folder / PAIR_JPEG)  # a dated JPEG: the JPEG half of the RAW+JPEG pair
+    paths[0] = pair
+    for i, (name, make, model, taken, sidecar) in enumerate(RAWS):
+        raw = make_raw(
+            folder / name,
+            make=make,
+            model=model,
+            taken=taken,
+            preview=preview_jpeg((160 + 8 * i, 120), (40 + 50 * i, 200 - 40 * i, 30 + 20 * i)),
+        )
+        paths.append(raw)
+        if sidecar is not None:
+            xmp = folder / (f"{raw.name}.xmp" if sidecar == "ext" else f"{raw.stem}.xmp")
+            make_xmp_sidecar(
+                xmp, keywords=(f"kept{i}", "chaos"), rating=i + 1, description=f"editor {i}", label="Red"
+            )
     return paths
 
 

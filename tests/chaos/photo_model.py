@@ -20,6 +20,14 @@ After the run, :func:`check_files` walks every folder the run's jobs could write
 - no photo lock is held by an item that is not running and owns no unsettled intent;
 - every succeeded upload's file holds the bytes the item uploaded, with the photo's pixels;
 - every succeeded bundle holds each of its photos with that photo's pixels.
+
+A camera raw (``photos.raw.is_raw``) is matched by its bytes, not its pixels: it must be
+byte-identical to its original wherever it is (roots, archive, uploads, bundles). Its XMP sidecar
+(``photos.sidecar``) must sit next to it with the matching name after every move (``NAME.EXT.xmp``,
+or ``NAME.xmp`` for one that started so), exist iff it existed before or an exif edit of the raw
+applied, hold every keyword of every applied keywords edit exactly once (merged with its own), its
+``exif:DateTimeOriginal`` = the raw's capture time + the applied shifts (absent without a shift), and
+keep the other content it started with; a sidecar next to no raw at its store path is an orphan.
 """
 
 from __future__ import annotations
@@ -43,6 +51,8 @@ from sqlalchemy.orm import Session
 
 from photos.exif import parse_shift
 from photos.fileops import is_staged_name, sha256_file
+from photos.raw import is_raw
+from photos.sidecar import companions, is_sidecar
 from store.events import EventRecord
 from store.models import Intent, Item, Job, Photo, PhotoLock
 
@@ -63,6 +73,10 @@ WATCHED_TAGS = (
 TAKEN_TAG = "ExifIFD:DateTimeOriginal"
 KEYWORD_TAGS = ("XMP-dc:Subject", "IPTC:Keywords")
 EXIF_FORMAT = "%Y:%m:%d %H:%M:%S"
+SIDECAR_TAKEN = "XMP-exif:DateTimeOriginal"
+SIDECAR_KEYWORDS = "XMP-dc:Subject"
+# What an editor left in a sidecar that no job asks to change: it must survive every write and move.
+SIDECAR_KEPT = ("XMP-xmp:Rating", "XMP-xmp:Label", "XMP-dc:Description")
 TERMINAL = frozenset({"succeeded", "failed", "cancelled", "skipped"})
 BUNDLE_SUFFIXES = (".zip", ".tar")
 
@@ -75,6 +89,15 @@ def pixel_hash(data: bytes | Path) -> str | None:
             return hashlib.sha256(f"{img.mode}{img.size}".encode() + img.tobytes()).hexdigest()
     except Exception:  # noqa: BLE001 - any decoding failure means "not this photo"
         return None
+
+
+def content_key(data: bytes | Path, name: str) -> str | None:
+    """What identifies a photo's content: a raw's SHA-256 of its bytes (it is never written), any
+    other photo's decoded pixels (:func:`pixel_hash`)."""
+    if is_raw(name):
+        raw = data if isinstance(data, bytes) else data.read_bytes()
+        return "raw:" + hashlib.sha256(raw).hexdigest()
+    return pixel_hash(data)
 
 
 def read_tags(paths: Sequence[Path]) -> dict[str, dict[str, Any]]:
@@ -102,16 +125,24 @@ class Baseline:
     mtime_ns: int
     taken: str | None  # EXIF DateTimeOriginal as written, None if undated
     tags: dict[str, Any]
+    raw: bool = False
+    sidecar: str | None = None  # a raw's sidecar before the run: "ext" (NAME.EXT.xmp), "stem" (NAME.xmp)
+    sidecar_tags: dict[str, Any] = field(default_factory=dict)  # SIDECAR_KEPT + its keywords
 
 
 def take_baseline(paths: Sequence[Path]) -> dict[str, Baseline]:
     """{path: Baseline} of the photos before the run; every photo's pixels must be unique."""
-    tags = read_tags(paths)
+    sidecars = {p: companions(p) for p in paths if is_raw(p)}
+    assert all(len(c) <= 1 for c in sidecars.values()), f"one sidecar per raw at most: {sidecars}"
+    tags = read_tags([*paths, *(c[0] for c in sidecars.values() if c)])
     out: dict[str, Baseline] = {}
     for p in paths:
         t = tags[str(p)]
-        pix = pixel_hash(p)
+        pix = content_key(p, p.name)
         assert pix is not None, f"{p}: the sample does not decode"
+        side = sidecars.get(p) or []
+        form = None if not side else "ext" if side[0].name == f"{p.name}.xmp" else "stem"
+        kept = {k: tags[str(side[0])].get(k) for k in (*SIDECAR_KEPT, SIDECAR_KEYWORDS)} if side else {}
         out[str(p)] = Baseline(
             str(p),
             sha256_file(p),
@@ -119,6 +150,9 @@ def take_baseline(paths: Sequence[Path]) -> dict[str, Baseline]:
             p.stat().st_mtime_ns,
             t.get(TAKEN_TAG),
             {k: t.get(k) for k in WATCHED_TAGS},
+            raw=is_raw(p),
+            sidecar=form,
+            sidecar_tags=kept,
         )
     pixels = Counter(b.pixels for b in out.values())
     assert max(pixels.values()) == 1, "two sample photos share their pixels: the model needs them unique"
@@ -187,6 +221,7 @@ def check_files(
     # -- the photo files ------------------------------------------------------------------------
     found: dict[int, list[Path]] = defaultdict(list)
     bundles: list[Path] = []
+    sidecar_files: list[Path] = []
     for folder in folders:
         for f in _walk(folder):
             if is_staged_name(f.name) or f.name.endswith(".tmp"):
@@ -195,12 +230,14 @@ def check_files(
             if f.suffix.lower() in BUNDLE_SUFFIXES:
                 bundles.append(f)
                 continue
-            pix = pixel_hash(f)
+            if is_sidecar(f):
+                sidecar_files.append(f)
+                continue
+            pix = content_key(f, f.name)
             pid = by_pixels.get(pix) if pix else None
             if pid is None:
-                bad.append(
-                    f"file {f} is none of the photos (pixels {'unreadable' if pix is None else 'changed'})"
-                )
+                what = "raw bytes changed" if is_raw(f) else "unreadable" if pix is None else "changed"
+                bad.append(f"file {f} is none of the photos (pixels {what})")
                 continue
             found[pid].append(f)
     rep.counts["photo_files"] = sum(len(v) for v in found.values())
@@ -264,6 +301,8 @@ def check_files(
             )
 
     shifts: dict[int, timedelta] = defaultdict(timedelta)
+    edited: set[int] = set()  # photos an exif edit applied to
+    all_keywords: dict[int, list[tuple[int, list[str]]]] = defaultdict(list)  # photo -> (item, kws)
     shift_items: dict[int, list[int]] = defaultdict(list)
     last_keywords: dict[int, tuple[int, list[str], int]] = {}  # photo -> (cursor, keywords, item)
     for item in items.values():
@@ -280,6 +319,7 @@ def check_files(
         if not applied:
             continue
         rep.counts["exif_edits_applied"] += 1
+        edited.add(item.photo_id)
         if p.get("exif.shift"):
             shifts[item.photo_id] += parse_shift(str(p["exif.shift"])) * len(applied)
             shift_items[item.photo_id].append(item.id)
@@ -293,13 +333,24 @@ def check_files(
                     [str(k).strip() for k in listed if str(k).strip()],
                     item.id,
                 )
+            wanted = p["exif.keywords"]
+            listed = wanted if isinstance(wanted, list) else str(wanted).split(",")
+            all_keywords[item.photo_id].append((item.id, [str(k).strip() for k in listed if str(k).strip()]))
 
     # -- metadata ---------------------------------------------------------------------------------
-    tags = read_tags(list(current.values()))
+    sidecar_at = _check_sidecars(
+        bad, current, baseline, sidecar_files, edited, found={pid: [*w] for pid, w in found.items()}
+    )
+    tags = read_tags([*current.values(), *sidecar_at.values()])
+    for pid, side in sorted(sidecar_at.items()):
+        _check_sidecar_content(
+            bad, rep, pid, side, baseline[pid], tags.get(str(side), {}), shifts.get(pid, timedelta()),
+            shift_items.get(pid, []), all_keywords.get(pid, []),
+        )  # fmt: skip
     for pid, at in sorted(current.items()):
         base, now = baseline[pid], tags.get(str(at), {})
         taken = now.get(TAKEN_TAG)
-        delta = shifts.get(pid, timedelta())
+        delta = shifts.get(pid, timedelta()) if not base.raw else timedelta()  # a raw's shift: its sidecar
         if base.taken is None:
             if taken is not None:
                 bad.append(f"photo {pid} ({at}): was undated, now has DateTimeOriginal {taken}")
@@ -321,7 +372,7 @@ def check_files(
                 )
             elif delta:
                 rep.counts["shifts_verified"] += 1
-        if pid in last_keywords:
+        if pid in last_keywords and not base.raw:  # a raw's keywords: its sidecar
             _, want_kw, item_id = last_keywords[pid]
             seen = {tag: _keywords(now.get(tag)) for tag in KEYWORD_TAGS}
             if not any(set(want_kw) <= set(v) for v in seen.values()):
@@ -346,8 +397,11 @@ def check_files(
         if is_staged_name(f.name) or f.name.endswith(".tmp"):
             bad.append(f"staged/temp file left behind: {f}")
             continue
+        if is_sidecar(f):
+            rep.counts["upload_sidecars"] += 1
+            continue
         rep.counts["upload_files"] += 1
-        if by_pixels.get(pixel_hash(f) or "") is None:
+        if by_pixels.get(content_key(f, f.name) or "") is None:
             bad.append(f"uploaded file {f} holds none of the photos' pixels")
     for item in items.values():
         if item.lane != "upload" or item.state != "succeeded" or item.photo_id not in baseline:
@@ -359,7 +413,7 @@ def check_files(
             continue
         if sha and sha256_file(loc) != sha:
             bad.append(f"item {item.id} (upload): {loc} does not hold the bytes it uploaded ({sha[:12]})")
-        if pixel_hash(Path(loc)) != baseline[item.photo_id].pixels:
+        if content_key(Path(loc), loc) != baseline[item.photo_id].pixels:
             bad.append(f"item {item.id} (upload): {loc} does not hold photo {item.photo_id}'s pixels")
         rep.counts["uploads_verified"] += 1
 
@@ -378,10 +432,10 @@ def check_files(
         bundle_paths.discard(where)
         try:
             with zipfile.ZipFile(where) as z:
-                members = [n for n in z.namelist() if n != "MANIFEST.json"]
+                members = [n for n in z.namelist() if n != "MANIFEST.json" and not is_sidecar(n)]
                 for name in members:
                     pid = int(name.split("_", 1)[0])
-                    if pid not in baseline or pixel_hash(z.read(name)) != baseline[pid].pixels:
+                    if pid not in baseline or content_key(z.read(name), name) != baseline[pid].pixels:
                         bad.append(
                             f"item {item.id} (bundle): member {name} does not hold photo {pid}'s pixels"
                         )
@@ -397,6 +451,101 @@ def check_files(
     for leftover in sorted(bundle_paths - published):
         bad.append(f"bundle {leftover} belongs to no succeeded bundle item and no applied intent")
     return rep
+
+
+def _check_sidecars(
+    bad: list[str],
+    current: Mapping[int, Path],
+    baseline: Mapping[int, Baseline],
+    sidecar_files: Sequence[Path],
+    edited: set[int],
+    found: Mapping[int, list[Path]],
+) -> dict[int, Path]:
+    """Each raw's sidecar next to it under its matching name, and no sidecar anywhere else (an orphan
+    left at an old location); returns {photo: its sidecar} to check the content of."""
+    on_disk = {(f.parent, f.name.casefold()): f for f in sidecar_files}
+    claimed: set[Path] = set()
+    out: dict[int, Path] = {}
+    for pid, at in sorted(current.items()):
+        base = baseline[pid]
+        if not base.raw:
+            # a photo that is not a raw has no sidecar of its own (the run makes none)
+            continue
+        name = f"{at.stem}.xmp" if base.sidecar == "stem" else f"{at.name}.xmp"
+        want = base.sidecar is not None or pid in edited
+        got = on_disk.get((at.parent, name.casefold()))
+        other_name = f"{at.name}.xmp" if base.sidecar == "stem" else f"{at.stem}.xmp"
+        other = on_disk.get((at.parent, other_name.casefold()))
+        if other is not None and other != got:
+            claimed.add(other)
+            bad.append(f"raw {pid} ({at}): sidecar {other.name} beside it, expected only {name}")
+        if got is not None:
+            claimed.add(got)
+            if want:
+                out[pid] = got
+            else:
+                bad.append(f"raw {pid} ({at}): sidecar {got.name} appeared but no exif edit of it applied")
+        elif want:
+            stem = Path(base.path).stem.casefold()
+            elsewhere = [str(f) for f in sidecar_files if f.name.casefold().startswith(stem)]
+            bad.append(
+                f"raw {pid} ({at}): sidecar missing, expected {at.parent / name} "
+                f"(it {'existed before the run' if base.sidecar else 'got an applied exif edit'}; "
+                f"sidecars named like its original: {elsewhere})"
+            )
+    owners = {w.parent / w.name for ws in found.values() for w in ws}
+    for f in sidecar_files:
+        if f not in claimed:
+            near = [str(o) for o in owners if o.parent == f.parent and f.name.startswith(o.stem)]
+            bad.append(f"orphan sidecar {f}: next to no raw at its store path (photos beside it: {near})")
+    return out
+
+
+def _check_sidecar_content(
+    bad: list[str],
+    rep: FileReport,
+    pid: int,
+    side: Path,
+    base: Baseline,
+    now: Mapping[str, Any],
+    delta: timedelta,
+    shift_items: Sequence[int],
+    keyword_edits: Sequence[tuple[int, list[str]]],
+) -> None:
+    """A raw's sidecar: each applied shift once, each applied keyword once, its editor's content kept."""
+    taken = now.get(SIDECAR_TAKEN)
+    if delta and base.taken is not None:
+        want = (datetime.strptime(base.taken, EXIF_FORMAT) + delta).strftime(EXIF_FORMAT)
+        if str(taken)[:19] != want:
+            bad.append(
+                f"raw {pid}: sidecar {side} DateTimeOriginal {taken}, expected {want} = {base.taken} + "
+                f"{delta} from {len(shift_items)} applied shift edit(s) (items {list(shift_items)})"
+            )
+        else:
+            rep.counts["sidecar_shifts_verified"] += 1
+    elif taken is not None:
+        bad.append(f"raw {pid}: sidecar {side} has DateTimeOriginal {taken} but no shift of it applied")
+    listed = _keywords(now.get(SIDECAR_KEYWORDS))
+    twice = sorted(k for k, n in Counter(listed).items() if n > 1)
+    if twice:
+        bad.append(f"raw {pid}: sidecar {side} keyword(s) {twice} written more than once ({listed})")
+    wanted = {k: item for item, kws in keyword_edits for k in kws}
+    wanted.update({k: 0 for k in _keywords(base.sidecar_tags.get(SIDECAR_KEYWORDS))})
+    lost = sorted(k for k in wanted if k not in listed)
+    if lost:
+        bad.append(
+            f"raw {pid}: sidecar {side} keywords {lost} not in {SIDECAR_KEYWORDS} (items "
+            f"{sorted({wanted[k] for k in lost})}, 0 = the sidecar's own; found {listed})"
+        )
+    elif keyword_edits:
+        rep.counts["sidecar_keywords_verified"] += 1
+    for tag in SIDECAR_KEPT:
+        if base.sidecar_tags.get(tag) != now.get(tag):
+            bad.append(
+                f"raw {pid}: sidecar {side} lost its own content: {tag} "
+                f"{base.sidecar_tags.get(tag)!r} -> {now.get(tag)!r}"
+            )
+    rep.counts["sidecars_verified"] += 1
 
 
 def effects_recovered(records: Sequence[EventRecord]) -> Counter[str]:

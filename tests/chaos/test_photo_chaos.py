@@ -1,6 +1,7 @@
 """A seeded randomized chaos run of the photo lanes: real photos, real workers, SQLite and PostgreSQL.
 
-Several jobs at once over one shared set of real photos (JPEGs with and without EXIF dates, PNGs):
+Several jobs at once over one shared set of real photos (JPEGs with and without EXIF dates, PNGs,
+camera raws with and without an editor's XMP sidecar, a RAW+JPEG pair):
 ``analysis``, ``exif`` (``exif.shift=+1h``, ``exif.keywords=...``), ``rename``, ``upload`` (local),
 ``archive`` and an ``archive.bundle=zip``, and ``noop`` with ``noop.fail_if`` (retried, then failed),
 while the lease holders are killed and frozen (also at the step boundaries of the file effects),
@@ -41,6 +42,14 @@ FILE_KINDS = (
     ("ran on a path the photo no longer had", "item ran on a stale path (move applied, not marked)"),
     ("failed with an unexpected error", "item failed with an unexpected error"),
     ("staged/temp file left behind", "staged file left behind"),
+    ("raw bytes changed", "raw file written (bytes changed)"),
+    ("orphan sidecar", "orphan sidecar left behind"),
+    ("sidecar missing", "raw's sidecar missing beside it"),
+    ("beside it, expected only", "raw's sidecar under the wrong name"),
+    ("appeared but no exif edit", "sidecar without an applied edit"),
+    ("written more than once", "sidecar keyword written twice"),
+    ("lost its own content", "sidecar's own content lost"),
+    ("not in XMP-dc:Subject", "keywords missing from the raw's sidecar"),
     (" times: duplicate", "duplicate or resurrected file"),
     ("missing at the path the store records", "photo missing at its store path"),
     ("is none of the photos", "file with unknown pixels"),

@@ -17,6 +17,7 @@ from store.lanes import lane_spec
 from store.models import Intent, Item, Photo
 from tests.chaos.photo_harness import minimums
 from tests.chaos.photo_model import check_files, take_baseline
+from tests.raw_support import make_raw, make_xmp_sidecar, preview_jpeg
 
 
 def _setup(engine: Engine, tmp_path: Path, params: dict[str, object]) -> tuple[Path, dict, int, int]:
@@ -143,6 +144,77 @@ def test_keywords_must_be_where_photo_apps_read_them_and_other_tags_stay(
     assert "untouched tag ExifIFD:UserComment changed" in found and "modification time changed" in found, (
         found
     )
+
+
+def _setup_raw(engine: Engine, tmp_path: Path, params: dict[str, object]) -> tuple[Path, dict, int, Path]:
+    """A real raw with an editor's Lightroom-style sidecar (``NAME.xmp``: rating, label, description,
+    a keyword) and an exif job over it whose item applied its edit; (folder, baseline, photo, sidecar)."""
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    raw = make_raw(folder / "_DSC0300.ARW", preview=preview_jpeg((80, 60)))
+    side = make_xmp_sidecar(
+        folder / "_DSC0300.xmp", keywords=("own",), rating=2, description="x", label="Red"
+    )
+    before = take_baseline([raw])
+    job = store_jobs.submit(
+        engine, [lane_spec("exif", env={})], [store_jobs.PhotoInput(str(raw), None)], params=params
+    ).job_id
+    with Session(engine) as s, s.begin():
+        s.execute(update(Item).where(Item.job_id == job).values(state="succeeded"))
+        photo, item = s.execute(select(Item.photo_id, Item.id).where(Item.job_id == job)).one()
+    _intent(engine, item, photo, side, "applied")
+    return folder, {photo: before[str(raw)]}, photo, side
+
+
+def test_a_raw_moves_with_its_sidecar_and_one_left_behind_or_missing_is_reported(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # Given a raw whose keywords edit landed in its sidecar
+    folder, baseline, photo, side = _setup_raw(engine, tmp_path, {"exif.keywords": "sea"})
+    _exiftool(side, "-XMP-dc:Subject+=sea")
+    # And the raw and its sidecar moved together to a new name in another folder (the store follows)
+    raw = Path(baseline[photo].path)
+    (folder / "2020").mkdir()
+    raw.rename(folder / "2020" / "renamed.ARW")
+    side.rename(folder / "2020" / "renamed.xmp")
+    with Session(engine) as s, s.begin():
+        s.execute(update(Photo).where(Photo.id == photo).values(path=str(folder / "2020" / "renamed.ARW")))
+    # When the files are checked, Then all is well
+    assert _check(engine, folder, baseline) == []
+    # When a copy of the sidecar is left at the raw's old location
+    shutil.copy2(folder / "2020" / "renamed.xmp", side)
+    # Then it is reported as an orphan
+    found = _check(engine, folder, baseline)
+    assert len(found) == 1 and found[0].startswith(f"orphan sidecar {side}"), found
+    # When the moved sidecar is gone (the move left it behind)
+    (folder / "2020" / "renamed.xmp").unlink()
+    # Then the raw's sidecar is reported missing beside it
+    found = "\n".join(_check(engine, folder, baseline))
+    assert f"raw {photo}" in found and "sidecar missing, expected" in found and "renamed.xmp" in found, found
+
+
+def test_a_written_raw_a_sidecar_shift_twice_a_keyword_twice_and_lost_content_are_reported(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # Given a raw whose shift edit (+1h) landed once in its sidecar's exif:DateTimeOriginal
+    folder, baseline, photo, side = _setup_raw(engine, tmp_path, {"exif.shift": "+1h"})
+    _exiftool(side, "-XMP-exif:DateTimeOriginal=2021:07:04 19:30:05")
+    # When the files are checked, Then all is well
+    assert _check(engine, folder, baseline) == []
+    # When the shift lands a second time, a keyword is written twice and the editor's rating is lost
+    _exiftool(
+        side, "-XMP-exif:DateTimeOriginal=2021:07:04 20:30:05", "-XMP-dc:Subject+=own", "-XMP-xmp:Rating="
+    )
+    # Then each is reported
+    found = "\n".join(_check(engine, folder, baseline))
+    assert "DateTimeOriginal 2021:07:04 20:30:05, expected 2021:07:04 19:30:05" in found, found
+    assert "keyword(s) ['own'] written more than once" in found, found
+    assert "lost its own content: XMP-xmp:Rating" in found, found
+    # When the raw itself is written (its metadata, not its sidecar)
+    _exiftool(Path(baseline[photo].path), "-XMP-dc:Subject=raw")
+    # Then it no longer counts as the photo: its bytes changed
+    found = "\n".join(_check(engine, folder, baseline))
+    assert "raw bytes changed" in found and f"photo {photo}: missing" in found, found
 
 
 def test_minimums_scale_with_the_run_and_can_be_overridden(monkeypatch: pytest.MonkeyPatch) -> None:
