@@ -415,6 +415,11 @@ def check_files(
             bad.append(f"item {item.id} (upload): {loc} does not hold the bytes it uploaded ({sha[:12]})")
         if content_key(Path(loc), loc) != baseline[item.photo_id].pixels:
             bad.append(f"item {item.id} (upload): {loc} does not hold photo {item.photo_id}'s pixels")
+        for side in res.get("sidecars") or []:  # a raw's sidecars went with it
+            if not Path(side).is_file() or not is_sidecar(side):
+                bad.append(f"item {item.id} (upload): the sidecar {side} it uploaded with {loc} is missing")
+            else:
+                rep.counts["upload_sidecars_verified"] += 1
         rep.counts["uploads_verified"] += 1
 
     # -- bundles ------------------------------------------------------------------------------------

@@ -217,6 +217,44 @@ def test_a_written_raw_a_sidecar_shift_twice_a_keyword_twice_and_lost_content_ar
     assert "raw bytes changed" in found and f"photo {photo}: missing" in found, found
 
 
+def test_an_uploaded_raw_must_be_byte_identical_and_its_uploaded_sidecar_there(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # Given a raw with its sidecar, and a succeeded upload item whose result names the raw's copy
+    # and the sidecar's copy in the uploads folder
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    raw = make_raw(folder / "IMG_0200.CR2", preview=preview_jpeg((80, 60)))
+    side = make_xmp_sidecar(folder / "IMG_0200.CR2.xmp", keywords=("own",), rating=1)
+    before = take_baseline([raw])
+    job = store_jobs.submit(
+        engine,
+        [lane_spec("upload", env={})],
+        [store_jobs.PhotoInput(str(raw), None)],
+        params={"upload.target": str(tmp_path / "up")},
+    ).job_id
+    up = tmp_path / "up" / "ab"
+    up.mkdir(parents=True)
+    copy, side_copy = up / "KEY.CR2", up / "KEY.CR2.xmp"
+    shutil.copy2(raw, copy)
+    shutil.copy2(side, side_copy)
+    result = {"location": str(copy), "sha256": before[str(raw)].sha256, "sidecars": [str(side_copy)]}
+    with Session(engine) as s, s.begin():
+        s.execute(update(Item).where(Item.job_id == job).values(state="succeeded", result=result))
+        photo = s.execute(select(Item.photo_id).where(Item.job_id == job)).scalar_one()
+    baseline = {photo: before[str(raw)]}
+    # When the files are checked, Then all is well
+    assert _check(engine, folder, baseline) == []
+    # When the uploaded sidecar is gone and the uploaded raw's bytes differ (its metadata written)
+    side_copy.unlink()
+    _exiftool(copy, "-XMP-dc:Subject=raw")
+    # Then both are reported
+    found = "\n".join(_check(engine, folder, baseline))
+    assert f"the sidecar {side_copy} it uploaded with {copy} is missing" in found, found
+    assert "does not hold the bytes it uploaded" in found, found
+    assert f"uploaded file {copy} holds none" in found, found
+
+
 def test_minimums_scale_with_the_run_and_can_be_overridden(monkeypatch: pytest.MonkeyPatch) -> None:
     # Given the per-minute minimums, When a 5-minute run asks for its minimums
     monkeypatch.delenv("PHOTOJOBS_CHAOS_MINIMUMS", raising=False)
