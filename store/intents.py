@@ -1,4 +1,4 @@
-"""File-effect intents (exactly-once file effects, DESIGN.md rule 9) and the photo facts they use.
+"""File-effect intents (exactly-once file effects, docs/design.md rule 9) and the photo facts they use.
 
 An intent says "move ``staged`` to ``target``; the target held ``base_sha256`` when this was
 planned and will hold ``result_sha256``". It is recorded in a fenced transaction *before* the file

@@ -149,7 +149,8 @@ def claim(
     holding nothing.
     """
     request = lane_lock_request(spec) if locks is LANE_LOCKS else locks
-    assert request is None or isinstance(request, LockRequest)
+    if request is not None and not isinstance(request, LockRequest):
+        raise TypeError(f"a claim's lock request must be a LockRequest, not {type(request).__name__}")
     try:
         with engine.begin() as conn:
             lease = _claim_in(conn, spec, item_id, token, worker, request)
@@ -192,7 +193,8 @@ def claim_batch(
             request = requests.get(item_id)
             got = _claim_rest(conn, spec, item_id, row, worker, request, len(pairs), events, rows_locked=True)
             if isinstance(got, Conflict):
-                assert request is not None
+                if request is None:
+                    raise RuntimeError('internal error: expected request is not None')
                 _unclaim(conn, spec.name, item_id, row, worker, request.retry_after, got)
                 reason = f"photo {got.photo_id} locked by item {got.held_by}"
                 deferred[item_id] = ClaimOutcome(None, reason, True, True)
@@ -325,7 +327,8 @@ def _claim_rest(
     holds = request is not None and bool(photo_ids)
     current: dict[int, str] = {}
     if holds:
-        assert request is not None
+        if request is None:
+            raise RuntimeError('internal error: expected request is not None')
         conflict = take_photo_locks(
             conn, item_id, photo_ids, request, new_token, current, rows_locked=rows_locked
         )
