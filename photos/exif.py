@@ -435,9 +435,11 @@ def _check_date(path: Path, key: str, value: Any, shift: timedelta) -> None:
             except (ValueError, OverflowError):
                 continue
     if moved is None:
-        raise PhotoError(path, f"cannot shift {key}: {text!r} is not a valid date/time")
+        raise PhotoError(
+            path, f"cannot shift {key}: its {len(text)} characters are not a date/time (YYYY:MM:DD HH:MM:SS)"
+        )
     if not 1 <= moved.year <= 9999:
-        raise PhotoError(path, f"cannot shift {key}: {text!r} shifted by {shift} leaves years 1-9999")
+        raise PhotoError(path, f"cannot shift {key}: shifted by {shift} it leaves the years 1-9999")
 
 
 def exiftool_args(
@@ -670,9 +672,9 @@ def _shift_parts(path: Path, key: str, date: str, time: str, shift: timedelta) -
     try:
         moved = datetime.strptime(f"{date[:10]} {time[:8]}", _EXIF_DT_FORMAT) + shift
     except (ValueError, OverflowError) as exc:
-        raise PhotoError(path, f"cannot shift {key}: {date!r} {time!r} is not a valid date/time") from exc
+        raise PhotoError(path, f"cannot shift {key}: its date and time are not a valid date/time") from exc
     if not 1 <= moved.year <= 9999:
-        raise PhotoError(path, f"cannot shift {key}: {date!r} shifted by {shift} leaves years 1-9999")
+        raise PhotoError(path, f"cannot shift {key}: shifted by {shift} it leaves the years 1-9999")
     return moved.strftime("%Y:%m:%d"), moved.strftime("%H:%M:%S")
 
 
