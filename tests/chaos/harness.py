@@ -28,9 +28,9 @@ from photojobs.config import Settings
 from store.engine import make_engine
 from store.errors import NotApplicable, UnknownJob
 from store.events import EventRecord, read_events
-from store.models import Item, Job
+from store.models import Event, Item, Job
 from tests.chaos.checker import SETTLED_JOB_STATES, check_cursors
-from tests.support import Fleet, RedisServer
+from tests.support import Fleet, RedisServer, wait_for
 
 WORKERS = 4
 THREADS = 2
@@ -490,6 +490,18 @@ class ChaosRun:
         for fault in ("kill", "freeze", "term", "flushall", "retry", "prune"):
             self.forced.append((self.rng.uniform(0.15, 0.85) * self.seconds, fault))
         self.note(f"started {WORKERS} workers x {THREADS} threads, 1 sweeper, {len(self.jobs)} jobs")
+        # The faults start once the fleet works: an item claimed with others of a batch message.
+        # A worker killed or a Redis flushed before that sends every item alone (a retry never rides
+        # in a batch), and the run would not test batch claims at all; on a loaded machine the
+        # workers may take seconds to start. The schedule's times count from here.
+        wait_for(self.batch_claimed, 90, interval=0.1, what="an item claimed in a batch message")
+        self.t0 = time.monotonic()
+        self.note("an item was claimed in a batch message: the faults begin")
+
+    def batch_claimed(self) -> bool:
+        with Session(self.engine) as s:
+            details = s.execute(select(Event.detail).where(Event.type == "item_claimed")).scalars()
+            return any((d or {}).get("batch") for d in details)
 
     def chaos(self) -> None:
         names = [a for a, _ in self.ACTIONS]

@@ -109,11 +109,28 @@ def pg_engine(pg_url: str) -> Iterator[Engine]:
 
 
 @pytest.fixture
-def two_fleets(fleet_env: dict[str, str], tmp_path: Path) -> Iterator[tuple[WorkerFleet, WorkerFleet]]:
+def gate(tmp_path: Path) -> Path:
+    """Fleet b's gate: while ``gate`` is missing, fleet b's items wait just before they commit."""
+    folder = tmp_path / "gate"
+    folder.mkdir()
+    go = folder / "noop.before_commit.go"
+    go.touch()
+    return go
+
+
+@pytest.fixture
+def two_fleets(
+    fleet_env: dict[str, str], gate: Path, tmp_path: Path
+) -> Iterator[tuple[WorkerFleet, WorkerFleet]]:
     fleets: list[WorkerFleet] = []
+    gated = dict(
+        fleet_env,
+        PHOTOJOBS_FAILPOINTS="noop.before_commit:wait",
+        PHOTOJOBS_FAILPOINT_DIR=str(gate.parent),
+    )
     try:
         fleets.append(WorkerFleet("a", fleet_env, tmp_path))
-        fleets.append(WorkerFleet("b", fleet_env, tmp_path))
+        fleets.append(WorkerFleet("b", gated, tmp_path))
         for fleet in fleets:
             wait_for(fleet.ready, 60, what=f"fleet {fleet.name}'s workers to be ready")
         yield fleets[0], fleets[1]
@@ -151,6 +168,7 @@ def test_two_fleets_share_a_job_and_one_fleet_stopping_leaves_the_rest_to_the_ot
     pg_engine: Engine,
     fleet_env: dict[str, str],
     two_fleets: tuple[WorkerFleet, WorkerFleet],
+    gate: Path,
     tmp_path: Path,
 ) -> None:
     a, b = two_fleets
@@ -170,7 +188,9 @@ def test_two_fleets_share_a_job_and_one_fleet_stopping_leaves_the_rest_to_the_ot
     assert set(pids) <= set(a.seen) | set(b.seen), (set(pids), set(a.seen), set(b.seen))
     assert set(pids) & set(a.seen) and set(pids) & set(b.seen)
 
-    # Given a second job that both fleets are working on
+    # Given a second job that both fleets are working on, fleet b's items held just before they
+    # commit (so the job cannot finish before fleet a has stopped, however slow that stop is)
+    gate.unlink()
     job2 = submit_noop(fleet_env, tmp_path / "job2", 160, 0.2)
 
     def both_busy() -> bool:
@@ -193,6 +213,7 @@ def test_two_fleets_share_a_job_and_one_fleet_stopping_leaves_the_rest_to_the_ot
     with Session(pg_engine) as s:
         mark = s.execute(select(func.max(Event.id))).scalar_one()
     assert not job_done(pg_engine, job2), "the second job finished before fleet a stopped"
+    gate.touch()
 
     # And fleet b finishes the job alone, nothing twice
     wait_for(lambda: job_done(pg_engine, job2), 120, what="fleet b to finish the second job")
