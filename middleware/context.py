@@ -92,10 +92,6 @@ class ItemContext:
     def stop_reason(self) -> str:
         return self._stop_reason
 
-    def should_stop(self) -> bool:
-        """True once the job asked to cancel/pause, the lease was lost, or the worker is stopping."""
-        return self._stop_kind is not None
-
     def check(self) -> None:
         """A safe point: raise ``Stopped`` if the item must stop."""
         if self._stop_kind is not None:
