@@ -3,7 +3,7 @@
 Same photos, same function (``photos.analyze.analyze``), same number of processes P (``--processes``,
 2 by default, so the same cores):
 
-- photos: ``photos.samples.generate_samples(dest, --photos, seed=1, size=(1600, 1200))``, made once
+- photos: ``photojobs.testing.samples.generate_samples(dest, --photos, seed=1, size=(1600, 1200))``, made once
   (analysis changes no file, so every run reads the same folder; a copy of the first few is the
   warm-up job);
 - baseline: ``python -m benchmarks.analysis_pool P FOLDER``: ``Pool(P).map(analyze, paths)``, its
@@ -42,7 +42,7 @@ SEED = 1
 
 def make_photos(ctx: BenchContext, n: int) -> Path:
     """``n`` sample photos in the work dir (made once per run)."""
-    from photos.samples import generate_samples
+    from photojobs.testing.samples import generate_samples
 
     dest = ctx.workdir / f"photos-{n}"
     if not dest.exists():

@@ -1,7 +1,8 @@
 """Sweep pass and dispatch against the size of the table: 10k / 100k / 1M pending items.
 
 For each store and size a fresh database gets N pending ``noop`` items over 4 jobs, behind N/10
-succeeded items of an older job (``store.scale.seed_pending``: set-based inserts, seconds for 1M).
+succeeded items of an older job (``photojobs.testing.scale.seed_pending``: set-based inserts, seconds
+for 1M).
 Then, in this process against the run's private Redis:
 
 - **dispatch**: ``take_for_dispatch(noop, bound=16)`` — what every finished item's top-up and every
@@ -11,8 +12,8 @@ Then, in this process against the run's private Redis:
 Every size is built first and the sizes are then timed in alternation, so load from other
 processes falls on all of them alike.
 
-- **plans**: ``EXPLAIN`` of the hot-path statements (``store.scale.hot_paths``); any node reading the
-  whole ``items`` table is reported.
+- **plans**: ``EXPLAIN`` of the hot-path statements (``photojobs.testing.scale.hot_paths``); any node
+  reading the whole ``items`` table is reported.
 
 Goal: flat within 2x — the median at the largest size at most twice the median at the smallest.
 ``PJBENCH_SCALE_SIZES`` (e.g. ``10000,100000``) overrides the sizes; ``--quick`` uses 1k/10k/100k.
@@ -50,7 +51,7 @@ class _Table:
 
     def __init__(self, ctx: BenchContext, store: str, n: int) -> None:
         from photojobs.broker import RedisPublisher, build_broker
-        from store import scale
+        from photojobs.testing import scale
         from store.engine import make_engine
         from store.lanes import all_lanes
 
@@ -66,7 +67,7 @@ class _Table:
         self.times: dict[str, list[float]] = {"dispatch": [], "sweep": [], "legacy": []}
 
     def reset(self) -> None:
-        from store import scale
+        from photojobs.testing import scale
 
         scale.requeue(self.engine)
         self.ctx.redis.flush()
@@ -88,12 +89,12 @@ class _Table:
         self.timed("sweep", lambda: sweep_once(self.engine, self.specs, self.publisher, republish_after=5.0))
 
     def legacy(self) -> None:
-        from store import scale
+        from photojobs.testing import scale
 
         self.timed("legacy", lambda: scale.run_statement(self.engine, scale.legacy_dispatch_scan()))
 
     def result(self) -> dict[str, Any]:
-        from store import scale
+        from photojobs.testing import scale
 
         plans = scale.hot_path_plans(self.engine, job_id=self.jobs[0])
         scans = {name: scale.full_scans(lines) for name, lines in plans.items()}

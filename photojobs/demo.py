@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from photojobs.run import RunOptions, run
+from photojobs.testing.samples import generate_samples
 from photos.fileops import sha256_file
-from photos.samples import generate_samples
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,8 +7,8 @@ import os
 import struct
 from pathlib import Path
 
-from photos import camera_corpus as cc
 from photos.exiftool import ExifTool
+from tests.fixtures import camera_corpus as cc
 
 #: Every clock a built file carries, by exiftool's family-1 name, and its value.
 TAKEN = "2004:10:02 23:29:52"

@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from sqlalchemy import Engine, Executable, insert, select, text, update
 from sqlalchemy.orm import Session
 
-from .dispatch import stale_queued_query
-from .items import successors_query, unfinished_in_lane
-from .models import PENDING, QUEUED, SUCCEEDED, WAITING, Item, Job, unindexed_state
-from .statements import mark_queued_sql, next_pending_job_sql, pending_of_job_sql, queued_count_sql
-from .sweeper import expired_leases
+from store.dispatch import stale_queued_query
+from store.items import successors_query, unfinished_in_lane
+from store.models import PENDING, QUEUED, SUCCEEDED, WAITING, Item, Job, unindexed_state
+from store.statements import mark_queued_sql, next_pending_job_sql, pending_of_job_sql, queued_count_sql
+from store.sweeper import expired_leases
 
 
 def seed_pending(

@@ -37,8 +37,8 @@ from sqlalchemy.orm import Session
 
 from photojobs.api import Plan
 from photojobs.cli_support import worker_command, worker_env
+from photojobs.testing.samples import generate_samples, make_png
 from photos.params import validate_params
-from photos.samples import generate_samples, make_png
 from store.jobs import PhotoInput
 from store.lanes import PHOTO_LANES
 from store.models import Item, Photo

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.orm import Session
 
-from photos.samples import generate_samples
+from photojobs.testing.samples import generate_samples
 from store import jobs as store_jobs
 from store.lanes import lane_spec
 from store.models import Intent, Item, Photo

@@ -1,7 +1,8 @@
 """The hot paths stay index searches as the table grows: EXPLAIN at 100k (and, slow, 1M) items.
 
 The statements explained are the very ones the dispatcher, the sweeper and a finishing item run
-(``store.scale.hot_paths``); the table is built with set-based inserts (``store.scale.seed_pending``).
+(``photojobs.testing.scale.hot_paths``); the table is built with set-based inserts
+(``photojobs.testing.scale.seed_pending``).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine
 
-from store import scale
+from photojobs.testing import scale
 from store.dispatch import take_for_dispatch
 from store.lanes import lane_spec
 

@@ -15,7 +15,7 @@ import boto3
 import httpx
 import pytest
 
-from photos.samples import generate_samples
+from photojobs.testing.samples import generate_samples
 from tests.support import AWS_TEST_ENV, ROOT, Fleet, MotoServer, make_files, wait_for
 from tests.web_support import WebServer
 

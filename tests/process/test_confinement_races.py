@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 
 from photojobs.api import Client
 from photojobs.config import Settings
-from photos.samples import generate_samples
+from photojobs.testing.samples import generate_samples
 from tests.raw_support import make_raw, preview_jpeg
 from tests.support import Fleet, items_of, job_done, wait_for
 

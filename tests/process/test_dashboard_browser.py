@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from photos.samples import generate_samples
+from photojobs.testing.samples import generate_samples
 from tests.support import Fleet, make_files, unavailable
 from tests.web_support import TOKEN, WebServer
 

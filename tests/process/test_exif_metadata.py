@@ -13,8 +13,8 @@ from sqlalchemy import Engine
 
 from photojobs.api import Client
 from photojobs.config import Settings
-from photos import camera_corpus
 from photos.exiftool import ExifTool
+from tests.fixtures import camera_corpus
 from tests.support import Fleet, item_states, items_of, job_done, wait_for
 
 from .test_file_effects import all_files, store_paths_match_disk, temp_files

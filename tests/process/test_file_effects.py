@@ -13,9 +13,9 @@ from sqlalchemy.orm import Session
 
 from photojobs.api import Client
 from photojobs.config import Settings
+from photojobs.testing.samples import generate_samples
 from photos.exif import read_metadata
 from photos.fileops import sha256_file
-from photos.samples import generate_samples
 from store.models import Event, Photo
 from tests.support import Fleet, event_counts, items_of, job_done, wait_for
 

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from photojobs.api import Client
 from photojobs.broker import RedisPublisher, build_broker
 from photojobs.config import Settings
-from photos.samples import generate_samples
+from photojobs.testing.samples import generate_samples
 from store.lanes import all_lanes
 from store.models import Event
 from tests.support import ROOT, Fleet, item_states, job_done, make_files, wait_for

@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import MetaData, select
 from sqlalchemy.orm import Session
 
+from photojobs.testing.samples import generate_samples
 from photos import fileops
 from photos.exif import ExifEdit, read_metadata, write_metadata
-from photos.samples import generate_samples
 from store.engine import make_engine
 from store.models import Intent, Item, PhotoLock
 from store.schema import current_revision, head_revision, upgrade

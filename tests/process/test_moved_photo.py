@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 
 from photojobs.api import Client
 from photojobs.config import Settings
+from photojobs.testing.samples import generate_samples
 from photos.exif import read_metadata
 from photos.fileops import sha256_file
-from photos.samples import generate_samples
 from store.models import Intent, Photo, PhotoLock
 from tests.support import Fleet, items_of, job_done, unavailable, wait_for
 

@@ -16,9 +16,9 @@ from sqlalchemy import Engine
 
 from photojobs.api import Client
 from photojobs.config import Settings
+from photojobs.testing.samples import generate_samples
 from photos.errors import InvalidParameter
 from photos.fileops import sha256_file
-from photos.samples import generate_samples
 from store.jobs import list_jobs
 from tests.support import (
     AWS_TEST_ENV,

@@ -17,8 +17,8 @@ from sqlalchemy.orm import Session
 
 from photojobs.api import Client
 from photojobs.config import Settings
+from photojobs.testing.samples import generate_samples
 from photos.exif import read_metadata
-from photos.samples import generate_samples
 from store.models import Event, Intent, Item, Photo, PhotoLock
 from tests.support import Fleet, items_of, job_done, pid_of_owner, wait_for
 

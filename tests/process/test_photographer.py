@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 
 from photojobs.api import Client
 from photojobs.config import Settings
-from photos import samples
+from photojobs.testing import samples
 from photos.exiftool import ExifTool
 from tests import clock_photos
 from tests.support import Fleet, item_states, items_of, job_done, wait_for

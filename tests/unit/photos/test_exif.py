@@ -20,7 +20,7 @@ import pillow_heif
 import pytest
 from PIL import Image
 
-from photos import camera_corpus, samples
+from photojobs.testing import samples
 from photos import exif as exif_module
 from photos.errors import InvalidParameter, NeedsExiftool, PhotoError, UnreadableImage
 from photos.exif import (
@@ -33,6 +33,7 @@ from photos.exif import (
 )
 from photos.exiftool import ExifTool, ExifToolDied
 from photos.fileops import staged_path
+from tests.fixtures import camera_corpus
 from tests.support import unavailable
 
 pillow_heif.register_heif_opener()

@@ -1,6 +1,6 @@
 """Metadata writes change exactly what was asked, on the camera layouts piexif used to damage.
 
-For every file of the corpus (photos/camera_corpus.py: unterminated ASCII tags, EXIF tags in
+For every file of the corpus (tests/fixtures/camera_corpus.py: unterminated ASCII tags, EXIF tags in
 IFD0, an Interop IFD, compressed and uncompressed IFD1 thumbnails, a MakerNote whose offsets
 count from the TIFF header, a UserComment; as JPEG, TIFF, PNG and HEIC) and every kind of write,
 exiftool's full dump (``-j -G1 -a -u -b``) before and after is compared: every tag that was not
@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from photos import camera_corpus
 from photos.exif import ExifEdit, jpeg_scan_data, write_metadata
 from photos.exiftool import ExifTool
 from photos.fileops import staged_path
+from tests.fixtures import camera_corpus
 from tests.support import IN_CI
 
 if camera_corpus.heic_available():

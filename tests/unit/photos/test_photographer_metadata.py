@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from photos import camera_corpus, samples
+from photojobs.testing import samples
 from photos.errors import InvalidParameter, PhotoError, UnreadableImage
 from photos.exif import ExifEdit, write_metadata
 from photos.exiftool import ExifTool
 from photos.fileops import staged_path
 from photos.params import lane_params, validate_params
 from tests import clock_photos
+from tests.fixtures import camera_corpus
 
 if camera_corpus.heic_available():
     import pillow_heif

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from photos import samples
+from photojobs.testing import samples
 from photos.analyze import analyze, hamming
 from photos.errors import UnreadableImage
 
