@@ -262,3 +262,16 @@ class WebSession(Base):
     last_seen: Mapped[float] = mapped_column(Float)
     idle: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float] = mapped_column(Float, index=True)
+
+
+class Counter(Base):
+    """A persisted metric counter (revision 0009): how many events of type ``name`` on ``lane``
+    (``""``: no lane) were folded from the event log by ``store.counters``; it only grows, so a
+    prune of the events leaves it as it was. The row ``(FOLD_CURSOR, "")`` holds the cursor
+    (``events.seq``) folded through."""
+
+    __tablename__ = "counters"
+
+    name: Mapped[str] = mapped_column(String(40), primary_key=True)
+    lane: Mapped[str] = mapped_column(String(32), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
