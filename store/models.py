@@ -239,6 +239,18 @@ class Worker(Base):
     stopped_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
+class LaneControl(Base):
+    """A lane's control across all jobs (revision 0008, ``store.lane_control``): paused while
+    ``paused_at`` (database time) is set; ``paused_by`` says who paused it."""
+
+    __tablename__ = "lane_control"
+
+    lane: Mapped[str] = mapped_column(String(32), primary_key=True)
+    paused_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    paused_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
 def unindexed_state(state: str) -> ColumnElement[bool]:
     """``items.state = state`` written so that no index on ``state`` can serve it.
 

@@ -73,7 +73,7 @@ ITEM_EVENTS = frozenset(
         "stale_commit_rejected",
     }
 )
-OTHER_EVENTS = frozenset({"message_rejected"})
+OTHER_EVENTS = frozenset({"message_rejected", "lane_paused", "lane_resumed"})  # lane events name no job
 # File-effect intents (store.intents): recorded by a lease holder through its fence, then settled
 # (applied/discarded) by that attempt, a later one, or whatever settles the intents of stopped items.
 INTENT_EVENTS = frozenset({"intent_recorded", "intent_applied", "intent_discarded"})

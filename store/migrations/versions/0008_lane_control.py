@@ -1,4 +1,4 @@
-"""lane_control: lanes paused across all jobs, and job priority (issue 24; filled by the lanes/priority work)
+"""lane_control: lanes paused across all jobs (issue 24)
 
 Revision ID: 0008
 Revises: 0007
@@ -8,6 +8,9 @@ Create Date: 2026-12-04 22:50:00
 
 from collections.abc import Sequence
 
+import sqlalchemy as sa
+from alembic import op
+
 # revision identifiers, used by Alembic.
 revision: str = "0008"
 down_revision: str | Sequence[str] | None = "0007"
@@ -16,8 +19,16 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    """Nothing yet."""
+    """One row per lane ever paused; ``paused_at`` set while it is paused (``store.lane_control``)."""
+    op.create_table(
+        "lane_control",
+        sa.Column("lane", sa.String(length=32), nullable=False),
+        sa.Column("paused_at", sa.Float(), nullable=True),
+        sa.Column("paused_by", sa.String(length=128), nullable=True),
+        sa.Column("updated_at", sa.Float(), nullable=False),
+        sa.PrimaryKeyConstraint("lane"),
+    )
 
 
 def downgrade() -> None:
-    """Nothing yet."""
+    op.drop_table("lane_control")
