@@ -1,4 +1,4 @@
-"""Realistic, deterministic sample photos for demos, tests and benchmarks.
+"""Realistic, deterministic sample photos for demos, tests and benchmarks (photojobs.testing).
 
 :func:`generate_samples` writes JPEGs with varied content (gradients, shapes, grain; so their
 perceptual hashes differ), cameras, lenses, capture dates over several years (with bursts of
@@ -15,7 +15,6 @@ import io
 import os
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -185,11 +184,6 @@ def _render(seed: int, index: int, size: tuple[int, int], grain: Image.Image) ->
 
 
 # -- EXIF ----------------------------------------------------------------------------------------
-def _rational(value: float, denominator: int = 10000) -> tuple[int, int]:
-    frac = Fraction(value).limit_denominator(denominator)
-    return frac.numerator, frac.denominator
-
-
 def _dms(value: float) -> tuple[tuple[int, int], ...]:
     value = abs(value)
     degrees = int(value)
