@@ -36,6 +36,7 @@ from photos.raw import RAW_SUFFIXES, is_raw
 from photos.sidecar import is_sidecar, owner_of
 from store import events as store_events
 from store import jobs as store_jobs
+from store import lane_control as store_lane_control
 from store import listing as store_listing
 from store import retention as store_retention
 from store import retry as store_retry
@@ -371,6 +372,28 @@ class Client:
         changed = store_retry.retry(self.engine, job_id, lane)
         ring_sweepers(self.settings.redis_url)
         return changed
+
+    def _known_lane(self, lane: str) -> None:
+        if lane not in self.specs:
+            raise UnknownLane(f"unknown lane {lane}; lanes are: {', '.join(self.specs)}")
+
+    def pause_lane(self, lane: str, by: str = "api") -> bool:
+        """Pause ``lane`` across all jobs (``store.lane_control``): nothing of it starts until it is
+        resumed, running items finish. False when it was paused already."""
+        self._known_lane(lane)
+        return store_lane_control.pause_lane(self.engine, lane, by)
+
+    def resume_lane(self, lane: str, by: str = "api") -> bool:
+        """Resume a paused lane; False when it was not paused."""
+        self._known_lane(lane)
+        changed = store_lane_control.resume_lane(self.engine, lane, by)
+        ring_sweepers(self.settings.redis_url)  # its pending items are dispatched now
+        return changed
+
+    def lanes(self) -> list[dict[str, Any]]:
+        """Every lane, in declaration order: ``{"lane", "paused", "paused_at"}``."""
+        paused = store_lane_control.paused_lanes(self.engine)
+        return [{"lane": n, "paused": n in paused, "paused_at": paused.get(n)} for n in self.specs]
 
     def workers(self) -> list[dict[str, Any]]:
         """Workers (``store.listing.workers``): host, pid, lanes, items held, last heartbeat, state
