@@ -12,6 +12,7 @@ cancelled job lifts its cancel request.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
 
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
@@ -46,10 +47,10 @@ class NothingToRetry(NotApplicable):
         super().__init__(why or f"job {job_id} has no failed or cancelled items{where} to retry")
 
 
-def retry(engine: Engine, job_id: int, lane: str | None = None) -> int:
-    """Put the job's failed/cancelled items (of ``lane``, or all lanes) back to work; returns how many
-    items changed. Raises ``UnknownJob``, or ``NothingToRetry`` when there is nothing to retry or the
-    job is still stopping after a cancel."""
+def retry(engine: Engine, job_id: int, lane: str | None = None, items: Collection[int] | None = None) -> int:
+    """Put the job's failed/cancelled items (of ``lane``, or all lanes; only ``items`` when given)
+    back to work; returns how many items changed. Raises ``UnknownJob``, or ``NothingToRetry`` when
+    there is nothing to retry or the job is still stopping after a cancel."""
     with Session(engine) as s, s.begin():
         job = s.execute(select(Job).where(Job.id == job_id).with_for_update()).scalar_one_or_none()
         if job is None:
@@ -61,7 +62,13 @@ def retry(engine: Engine, job_id: int, lane: str | None = None) -> int:
         ).all()
         if job.control == CANCEL and any(r.state == RUNNING for r in rows):
             raise NothingToRetry(job_id, lane, f"job {job_id} is still cancelling; retry when it has stopped")
-        targets = {r.id for r in rows if r.state in (FAILED, CANCELLED) and (lane is None or r.lane == lane)}
+        targets = {
+            r.id
+            for r in rows
+            if r.state in (FAILED, CANCELLED)
+            and (lane is None or r.lane == lane)
+            and (items is None or r.id in items)
+        }
         if not targets:
             raise NothingToRetry(job_id, lane)
         # Later lanes of a retried photo that never ran because of it come back too.
