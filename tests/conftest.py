@@ -15,10 +15,11 @@ from sqlalchemy import Engine
 from store import lockdep
 from store.engine import make_engine
 from store.schema import upgrade
-from tests.support import Fleet, RedisServer, unavailable
+from tests.support import XDIST_WORKER, Fleet, RedisServer, unavailable
 
 PG_ADMIN = os.environ.get("PHOTOJOBS_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-TEMPLATE = f"pj_template_{os.getpid()}"
+# One template per pytest process: each xdist worker (gw0, gw1, ...) migrates and drops its own.
+TEMPLATE = f"pj_template_{XDIST_WORKER}_{os.getpid()}"
 
 
 def _pg_available() -> str | None:
@@ -33,12 +34,19 @@ def _pg_available() -> str | None:
 def lockdep_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str | None]:
     """The lock-order checker (store/lockdep.py) for the whole session: every PostgreSQL engine made
     here or in a worker/sweeper/web process started with this environment records the transactions
-    that lock against the global order. ``PHOTOJOBS_LOCKDEP=off`` turns it off."""
+    that lock against the global order. ``PHOTOJOBS_LOCKDEP=off`` turns it off. Each xdist worker
+    has its own folder (a folder given in the environment gets one sub-folder per worker): a test
+    clears and reads only the violations of its own worker's processes."""
     if os.environ.get(lockdep.ENV, "").lower() in ("off", "0", "no"):
         os.environ.pop(lockdep.ENV, None)
         yield None
         return
-    folder = os.environ.get(lockdep.ENV) or str(tmp_path_factory.mktemp("lockdep"))
+    given = os.environ.get(lockdep.ENV)
+    if given:
+        folder = os.path.join(given, XDIST_WORKER)
+        os.makedirs(folder, exist_ok=True)
+    else:
+        folder = str(tmp_path_factory.mktemp("lockdep"))
     os.environ[lockdep.ENV] = folder
     yield folder
 

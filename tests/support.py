@@ -16,15 +16,20 @@ from typing import Any, NoReturn, TypeVar
 import psutil
 import pytest
 import redis
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, select, text
 from sqlalchemy.orm import Session
 
 from photojobs.cli_support import worker_command, worker_env
+from store.jobs import PhotoInput
 from store.models import Event, Item
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
 IN_CI = os.environ.get("CI") == "true"
+# This pytest process under pytest-xdist (gw0, gw1, ...), or "main" in a serial run: names what each
+# worker must own alone (its PostgreSQL template, its lockdep folder); ports and folders are
+# already per process (free_port, tmp_path_factory's per-worker basetemp).
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
 def unavailable(reason: str) -> NoReturn:
@@ -35,19 +40,42 @@ def unavailable(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, what: str = "") -> T:
-    """Poll ``predicate`` until it returns something truthy, or fail after ``timeout`` seconds."""
+def poll(predicate: Callable[[], T], timeout: float, interval: float = 0.05) -> T:
+    """Call ``predicate`` until it returns something truthy or ``timeout`` seconds have passed; its
+    last value (falsy at the deadline). The one polling loop of the tests: ``wait_for`` fails at the
+    deadline, a caller that reports the last state itself uses this."""
     deadline = time.monotonic() + timeout
-    last: Any = None
     while True:
         last = predicate()
-        if last:
+        if last or time.monotonic() > deadline:
             return last
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out after {timeout}s waiting for {what or predicate} (last: {last!r})"
-            )
         time.sleep(interval)
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, what: str = "") -> T:
+    """Poll ``predicate`` until it returns something truthy, or fail after ``timeout`` seconds."""
+    last: Any = poll(predicate, timeout, interval)
+    if not last:
+        raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate} (last: {last!r})")
+    return last
+
+
+def alive(pid: int) -> bool:
+    """The process ``pid`` exists and is not a zombie (a pid, not a ``psutil.Process``: a pid reused
+    by a later process counts as alive; use ``still_running`` where that matters)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def still_running(p: psutil.Process) -> bool:
+    """``p`` itself is alive and not a zombie: not merely some later process that got its pid
+    (psutil compares the start time; pids wrap quickly where ``pid_max`` is 32768)."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def free_port() -> int:
@@ -225,6 +253,34 @@ def job_done(engine: Engine, job_id: int) -> bool:
     )
 
 
+def wait_job_done(engine: Engine, job_id: int, timeout: float = 180.0) -> int:
+    """Wait (deadline ``timeout``) until every item of the job is terminal; the job id. A timeout
+    names the job and its item states."""
+    if not poll(lambda: job_done(engine, job_id), timeout):
+        states = item_states(engine, job_id)
+        raise AssertionError(f"timed out after {timeout}s waiting for job {job_id} to finish: {states}")
+    return job_id
+
+
+def photo_inputs(folder: Path, n: int, size: int = 1) -> list[PhotoInput]:
+    """``n`` submission inputs ``folder/p0.jpg`` ... (the files need not exist for store tests)."""
+    return [PhotoInput(str(folder / f"p{i}.jpg"), size) for i in range(n)]
+
+
+def waiting_for_a_lock(engine: Engine) -> int:
+    """PostgreSQL: how many backends of this test's own database (not another test's, on the same
+    server) wait for a row or transaction lock now."""
+    with engine.connect() as c:
+        return int(
+            c.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
+        )
+
+
 def make_files(folder: Path, n: int, prefix: str = "f") -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     out = []
@@ -285,11 +341,3 @@ AWS_TEST_ENV = {
     "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
 }
 
-
-def still_running(p: psutil.Process) -> bool:
-    """``p`` itself is alive and not a zombie: not merely some later process that got its pid
-    (psutil compares the start time; pids wrap quickly where ``pid_max`` is 32768)."""
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
