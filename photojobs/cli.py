@@ -400,6 +400,57 @@ def _settings_or_none() -> Settings | None:
         return None
 
 
+@cli.group()
+def lane() -> None:
+    """Lanes across all jobs: list them, pause or resume one (stored: a pause survives restarts)."""
+
+
+def _lane_control(action: str, name: str, as_json: bool) -> None:
+    from photojobs.api import UnknownLane
+
+    client = _client()
+    try:
+        changed = getattr(client, f"{action}_lane")(name, by=f"cli:{os.getpid()}")
+    except UnknownLane as exc:
+        _fail(str(exc), EX_USAGE)
+    if as_json:
+        click.echo(json.dumps({"lane": name, "action": action, "changed": changed}))
+    else:
+        done, already = {"pause": ("paused", "paused"), "resume": ("resumed", "running")}[action]
+        click.echo(f"lane {name} {done}" if changed else f"lane {name} was already {already}")
+
+
+@lane.command("pause")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+def lane_pause(name: str, as_json: bool) -> None:
+    """Pause lane NAME for every job: nothing of it starts (queued work waits), running items finish."""
+    _lane_control("pause", name, as_json)
+
+
+@lane.command("resume")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+def lane_resume(name: str, as_json: bool) -> None:
+    """Resume lane NAME: its waiting work is dispatched again."""
+    _lane_control("resume", name, as_json)
+
+
+@lane.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def lane_list(as_json: bool) -> None:
+    """Every lane and whether it is paused (and since when)."""
+    lanes = _client().lanes()
+    if as_json:
+        click.echo(json.dumps(lanes))
+        return
+    for entry in lanes:
+        since = entry["paused_at"]
+        when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(since)) if since else ""
+        state = f"paused since {when}" if since else "running"
+        click.echo(f"{entry['lane']:9} {state}")
+
+
 from photojobs.cli_web import register as _register_web  # noqa: E402 - after the commands above
 
 _register_web(cli)
