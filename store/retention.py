@@ -14,9 +14,11 @@ without locks; then, in one transaction, their job rows are locked ``FOR UPDATE`
 then all their items ``FOR UPDATE`` in ascending id, and the decision is taken again under those
 locks (a job that a retry, a resume or anything else made unfinished meanwhile is skipped). Only
 then are rows deleted: the items (their intents, photo-lock rows and photo links go with them by
-``ON DELETE CASCADE``), the events, the jobs. A retry therefore either commits first (the job stays,
-with its retried items) or waits for the prune and finds no job (``UnknownJob``). On SQLite the
-whole decision runs inside the write transaction (``BEGIN IMMEDIATE``), which serializes it.
+``ON DELETE CASCADE``), the events (only those the metric counters have folded: the transaction
+folds first, ``store.counters.fold_in``, table ``counters`` last in the lock order), the jobs. A
+retry therefore either commits first (the job stays, with its retried items) or waits for the
+prune and finds no job (``UnknownJob``). On SQLite the whole decision runs inside the write
+transaction (``BEGIN IMMEDIATE``), which serializes it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from sqlalchemy import Engine, and_, case, delete, exists, func, or_, select
 from sqlalchemy.orm import Session
 
 from .clock import db_now
+from .counters import fold, fold_in
 from .events import assign_cursors
 from .intents import RECORDED
 from .models import CANCEL, TERMINAL, Event, Intent, Item, Job
@@ -132,6 +135,7 @@ def prune(engine: Engine, older_than: float) -> Pruned:
     if older_than < 0:
         raise ValueError("older_than must be >= 0 seconds")
     assign_cursors(engine)
+    fold(engine, number=False)  # most of the folding outside the delete transactions
     with Session(engine) as s:
         cutoff = s.execute(select(db_now())).scalar_one() - older_than
     jobs = items = events = 0
@@ -149,9 +153,13 @@ def prune(engine: Engine, older_than: float) -> Pruned:
             # Items first (locked already): their intents, photo-lock rows and photo links go with
             # them (ON DELETE CASCADE), after them in the lock order; then the jobs (locked first).
             items += s.execute(delete(Item).where(Item.job_id.in_(ids))).rowcount or 0
+            # The counters last (store.counters): only events they have folded are deleted.
+            folded, _ = fold_in(s)
             events += (
                 s.execute(
-                    delete(Event).where(Event.job_id.in_(ids), Event.seq.is_not(None), Event.seq < keep)
+                    delete(Event).where(
+                        Event.job_id.in_(ids), Event.seq.is_not(None), Event.seq < keep, Event.seq <= folded
+                    )
                 ).rowcount
                 or 0
             )
@@ -159,10 +167,11 @@ def prune(engine: Engine, older_than: float) -> Pruned:
     while True:
         with Session(engine) as s, s.begin():
             keep = s.execute(select(func.max(Event.seq))).scalar_one() or 0
+            folded, _ = fold_in(s)  # the counters first: only events they have folded are deleted
             # Old events have low cursors: walking the cursor index from the start finds them first.
             batch = (
                 select(Event.seq)
-                .where(Event.seq.is_not(None), Event.seq < keep, Event.at < cutoff)
+                .where(Event.seq.is_not(None), Event.seq < keep, Event.seq <= folded, Event.at < cutoff)
                 .order_by(Event.seq)
                 .limit(BATCH)
             )
