@@ -39,6 +39,7 @@ from store.models import Event, Item, Job
 from tests.support import (
     IN_CI,
     ROOT,
+    alive,
     event_counts,
     item_states,
     make_files,
@@ -104,13 +105,6 @@ def kinds(procs: list[psutil.Process]) -> set[str]:
             elif "dramatiq" in line:
                 found.add("dramatiq")
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def read_workers(state: Path) -> list[int] | None:

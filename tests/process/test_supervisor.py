@@ -17,7 +17,7 @@ from dramatiq.brokers.redis import RedisBroker
 
 from photojobs.embedded_redis import EmbeddedRedis, find_redis_server
 from photojobs.supervisor import Supervisor, SupervisorEvent
-from tests.support import unavailable, wait_for
+from tests.support import alive, unavailable, wait_for
 
 # A long-running worker: starts a grandchild in its own process group (like dramatiq's worker
 # processes), records "<pid> <grandchild pid>" atomically in <dir>/worker-<index>-<pid>.pid, then
@@ -36,15 +36,6 @@ print(f"worker {index} up", flush=True)
 while True:
     time.sleep(1)
 """
-
-
-def alive(pid: int) -> bool:
-    """True if pid exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
 
 
 def recorded(directory: Path, index: int, pid: int | None) -> tuple[int, int] | None:

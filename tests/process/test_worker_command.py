@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from photojobs.lifeline import ENV_TOKEN, start_time
-from tests.support import ROOT, RedisServer, still_running, wait_for
+from tests.support import ROOT, RedisServer, alive, still_running, wait_for
 
 
 def token_processes(token: str) -> list[psutil.Process]:
@@ -29,13 +29,6 @@ def token_processes(token: str) -> list[psutil.Process]:
             if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(ENV_TOKEN) == token:
                 found.append(proc)
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 @dataclass
