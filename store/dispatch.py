@@ -22,6 +22,7 @@ from store.lanes import LaneSpec
 from .clock import db_now
 from .engine import reader
 from .events import emit_many
+from .lane_control import lane_paused
 from .models import PENDING, QUEUED, Item, Job
 from .statements import (
     JOB_DISPATCHABLE,
@@ -188,8 +189,9 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
     grouped into their messages (``Publish.group``, ``plan_messages``); each queued item records
     its message's size (``message_items``), so the next dispatch counts the messages in Redis.
 
-    Jobs that are paused, cancelled or still being submitted are passed over. The statements are
-    the prebuilt ones of ``store.statements`` (no expression building per call).
+    Jobs that are paused, cancelled or still being submitted are passed over; a paused lane
+    (``store.lane_control``) gets nothing. The statements are the prebuilt ones of
+    ``store.statements`` (no expression building per call).
     """
     bound = spec.item_bound if bound is None else bound
     lane = spec.name
@@ -197,6 +199,8 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
         dialect = conn.dialect.name
         if not _lane_lock(conn, lane):
             return []  # another dispatcher of this lane is at work right now
+        if lane_paused(conn, lane):
+            return []  # resumed, the next top-up dispatches its pending items
         queued = conn.execute(queued_count_sql(dialect), {"lane": lane}).one()
         # Each queued item is a 1/message_items share of its message (rounding noise aside).
         message_room = spec.effective_bound - math.ceil(float(queued.messages) - 1e-6)
