@@ -7,7 +7,7 @@ Every bad-input error is a ``SubmissionError`` (``BacklogFull``, ``UnknownLane``
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from photos.fileops import is_staged_name
 from photos.params import ALLOWED_ROOTS_KEY, SKIPPED_KEY, refuse_untrusted, validate_params
 from photos.raw import RAW_SUFFIXES, is_raw
 from photos.sidecar import is_sidecar, owner_of
+from store import console as store_console
 from store import events as store_events
 from store import jobs as store_jobs
 from store import lane_control as store_lane_control
@@ -364,12 +365,13 @@ class Client:
         self.status(job_id)  # UnknownJob
         return store_listing.failure_groups(self.engine, job_id, examples=examples)
 
-    def retry(self, job_id: int, lane: str | None = None) -> int:
-        """Failed and cancelled items (of ``lane``) back to work, with the later lanes they held up;
-        returns how many items changed; ``NotApplicable`` when there is nothing to retry."""
+    def retry(self, job_id: int, lane: str | None = None, items: Collection[int] | None = None) -> int:
+        """Failed and cancelled items (of ``lane``; only ``items`` when given) back to work, with the
+        later lanes they held up; returns how many items changed; ``NotApplicable`` when there is
+        nothing to retry."""
         if lane is not None and lane not in self.specs:
             raise UnknownLane(f"unknown lane {lane}; lanes are: {', '.join(self.specs)}")
-        changed = store_retry.retry(self.engine, job_id, lane)
+        changed = store_retry.retry(self.engine, job_id, lane, items)
         ring_sweepers(self.settings.redis_url)
         return changed
 
@@ -394,6 +396,55 @@ class Client:
         """Every lane, in declaration order: ``{"lane", "paused", "paused_at"}``."""
         paused = store_lane_control.paused_lanes(self.engine)
         return [{"lane": n, "paused": n in paused, "paused_at": paused.get(n)} for n in self.specs]
+
+    # -- the console (store.console) ----------------------------------------------------------------
+    def find_jobs(
+        self,
+        *,
+        state: str | None = None,
+        search: str | None = None,
+        limit: int = 20,
+        after: int | None = None,
+    ) -> tuple[list[store_jobs.JobStatus], int | None]:
+        """Jobs newest first, filtered by state (through an index) and a search (id, lane, parameter,
+        photo path); a page of ``limit`` and the cursor of the next (None at the end)."""
+        return store_console.find_jobs(self.engine, state=state, query=search, limit=limit, after=after)
+
+    def job_times(self, status: store_jobs.JobStatus) -> store_console.JobTimes:
+        """Created, started, finished, durations and an ETA from the lanes' recent rates."""
+        return store_console.job_times(self.engine, status)
+
+    def failure_group(self, job_id: int, lane: str, state: str, reason: str) -> list[int]:
+        """The item ids of one failure group (lane, state, reason class) of a job."""
+        return store_console.group_items(self.engine, job_id, lane, state, reason)
+
+    def discard(self, job_id: int, items: Collection[int]) -> int:
+        """Give up on failed items (they become ``skipped``; a retry no longer picks them up);
+        ``NotApplicable`` when none of them is failed."""
+        return store_console.discard(self.engine, job_id, items)
+
+    def lane_overview(self, *, window: float = 3600.0, bucket: float = 60.0) -> dict[str, Any]:
+        """Every lane: pause state, queue depth by state, live workers serving it and items finished
+        per ``bucket`` over the last ``window`` seconds (server-side, from the event log)."""
+        depths = store_console.lane_depths(self.engine)
+        start, series = store_console.lane_throughput(self.engine, window=window, bucket=bucket)
+        workers = [w for w in self.workers() if w["state"] == "live"]
+        n = max(1, int(window // bucket))
+        lanes = []
+        for entry in self.lanes():
+            name = entry["lane"]
+            serving = [w for w in workers if name in w["lanes"]]
+            counts = series.get(name, [0] * n)
+            lanes.append(
+                {
+                    **entry,
+                    "depth": {st: depths.get(name, {}).get(st, 0) for st in store_console.DEPTH_STATES},
+                    "workers": [{k: w[k] for k in ("id", "host", "pid", "held")} for w in serving],
+                    "finished": counts,
+                    "finished_total": sum(counts),
+                }
+            )
+        return {"start": start, "bucket": bucket, "window": window, "lanes": lanes}
 
     def workers(self) -> list[dict[str, Any]]:
         """Workers (``store.listing.workers``): host, pid, lanes, items held, last heartbeat, state

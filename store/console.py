@@ -1,0 +1,347 @@
+"""The operator console's reads and narrow controls: jobs found by state (through an index) and by
+text, a job's times and ETA, lane depth and throughput, and the retry or discard of chosen failures.
+
+A job's state is derived from its items (``store.jobs.derive_job_state``, the one place that decides
+it). The state filter does not recompute it for every job: for each state it asks the database for
+the jobs that *can* be in it — an ``EXISTS`` on ``items (state, job_id)`` (index
+``ix_items_state_job``, migration 0010) — and confirms each candidate with the derived state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, Integer, String, and_, cast, exists, func, not_, or_, select, update
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
+
+from .clock import db_now
+from .engine import reader
+from .errors import NotApplicable, UnknownJob
+from .events import emit_many
+from .jobs import JobStatus, statuses
+from .models import (
+    ALL_STATES,
+    CANCEL,
+    CANCELLED,
+    FAILED,
+    PAUSE,
+    PAUSED,
+    PENDING,
+    QUEUED,
+    RUNNING,
+    SKIPPED,
+    SUCCEEDED,
+    WAITING,
+    Event,
+    Item,
+    Job,
+    Photo,
+)
+from .reasons import reason_class
+
+MAX_PAGE = 1000
+MAX_ROW_ID = 2**31 - 1
+ACTIVE = (WAITING, PENDING, QUEUED, RUNNING)
+# What the console filters by: the states ``derive_job_state`` gives a job.
+CONSOLE_JOB_STATES = (
+    "submitting",
+    "running",
+    "pausing",
+    "paused",
+    "cancelling",
+    "cancelled",
+    "succeeded",
+    "failed",
+    "partial",
+)
+DEPTH_STATES = (WAITING, PENDING, QUEUED, RUNNING, PAUSED)
+FINISH_EVENTS = ("item_succeeded", "item_failed")
+# Throughput is read from the newest events only (by primary key, no time index needed).
+RECENT_EVENTS = 200_000
+ETA_WINDOW = 600.0  # a lane's recent rate: items finished over the last 10 minutes
+DISCARDED = "item_discarded"
+
+
+def _has(states: Sequence[str]) -> ColumnElement[bool]:
+    """The job has an item in one of ``states``: the job ids come from a range of
+    ``ix_items_state_job`` per state (no item row is read)."""
+    return Job.id.in_(select(Item.job_id).where(Item.state.in_(tuple(states))))
+
+
+def state_hint(state: str) -> ColumnElement[bool]:
+    """A necessary condition, in SQL, for a job to be in ``state``: every job in it matches (the
+    derived state then decides). Follows ``derive_job_state`` branch by branch."""
+    not_cancel = or_(Job.control.is_(None), Job.control != CANCEL)
+    hints: dict[str, ColumnElement[bool]] = {
+        "submitting": and_(Job.submitting.is_(True), not_cancel),
+        "pausing": and_(Job.control == PAUSE, _has([RUNNING])),
+        "paused": or_(Job.control == PAUSE, _has([PAUSED])),
+        "running": _has(ACTIVE),
+        "cancelling": and_(Job.control == CANCEL, _has(ACTIVE)),
+        "cancelled": or_(Job.control == CANCEL, _has([CANCELLED])),
+        "succeeded": not_(_has([s for s in ALL_STATES if s != SUCCEEDED])),
+        "failed": _has([FAILED, SKIPPED]),
+        "partial": _has([FAILED, SKIPPED]),
+    }
+    if state not in hints:
+        raise ValueError(f"unknown job state {state!r}; states: {', '.join(CONSOLE_JOB_STATES)}")
+    return hints[state]
+
+
+def _like(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def search_hint(query: str) -> ColumnElement[bool]:
+    """Jobs matching ``query``: its id (``17`` or ``#17``), a lane, a parameter (``key``, ``value``
+    or ``key=value``) or a photo path containing it (case-insensitive)."""
+    text = query.strip()
+    conds: list[ColumnElement[bool]] = []
+    bare = text.lstrip("#")
+    if bare.isascii() and bare.isdigit() and int(bare) <= MAX_ROW_ID:
+        conds.append(Job.id == int(bare))
+    pattern = _like(text)
+    conds.append(cast(Job.lanes, String).ilike(pattern, escape="\\"))
+    if "=" in text:
+        key, _, value = text.partition("=")
+        conds.append(
+            and_(
+                cast(Job.params, String).ilike(_like(key.strip()), escape="\\"),
+                cast(Job.params, String).ilike(_like(value.strip()), escape="\\"),
+            )
+        )
+    else:
+        conds.append(cast(Job.params, String).ilike(pattern, escape="\\"))
+    conds.append(
+        exists().where(
+            Item.job_id == Job.id,
+            Item.photo_id == Photo.id,
+            Photo.path.ilike(pattern, escape="\\"),
+        )
+    )
+    return or_(*conds)
+
+
+def find_jobs(
+    engine: Engine,
+    *,
+    state: str | None = None,
+    query: str | None = None,
+    limit: int = 20,
+    after: int | None = None,
+) -> tuple[list[JobStatus], int | None]:
+    """Jobs newest first, ``limit`` a page, filtered by derived ``state`` and a search ``query``;
+    ``after`` is the previous page's ``next`` (a job id). Returns the page and the next cursor
+    (None at the end): every job is reachable by following it."""
+    limit = max(1, min(limit, MAX_PAGE))
+    conds: list[ColumnElement[bool]] = []
+    if state:
+        conds.append(state_hint(state))
+    if query and query.strip():
+        conds.append(search_hint(query))
+    found: list[JobStatus] = []
+    cursor = after
+    with Session(reader(engine)) as s:
+        while True:
+            q = select(Job).where(*conds).order_by(Job.id.desc()).limit(limit)
+            if cursor is not None:
+                q = q.where(Job.id < cursor)
+            jobs = list(s.execute(q).scalars())
+            if not jobs:
+                return found, None
+            for st in statuses(s, jobs):
+                cursor = st.job_id
+                if state is None or st.state == state:
+                    found.append(st)
+                    if len(found) == limit:
+                        more = s.execute(
+                            select(Job.id).where(*conds, Job.id < st.job_id).limit(1)
+                        ).first()
+                        return found, (st.job_id if more else None)
+            if len(jobs) < limit:
+                return found, None
+
+
+def job_ids_query(state: str | None, query: str | None) -> Any:
+    """The candidate query ``find_jobs`` pages through (for EXPLAIN in tests and benchmarks)."""
+    conds = [state_hint(state)] if state else []
+    if query:
+        conds.append(search_hint(query))
+    return select(Job.id).where(*conds).order_by(Job.id.desc()).limit(20)
+
+
+# -- a job's times -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class JobTimes:
+    created_at: float
+    started_at: float | None  # its first claim (from the event log; None before, or once pruned)
+    finished_at: float | None  # its last item's finish, once nothing is left to run
+    now: float
+    eta: float | None  # seconds until its remaining items finish at the lanes' recent rates
+
+    def as_dict(self) -> dict[str, Any]:
+        end = self.finished_at if self.finished_at is not None else self.now
+        return {
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "now": self.now,
+            "waited": None if self.started_at is None else max(0.0, self.started_at - self.created_at),
+            "ran": None if self.started_at is None else max(0.0, end - self.started_at),
+            "took": None if self.finished_at is None else max(0.0, self.finished_at - self.created_at),
+            "eta": self.eta,
+        }
+
+
+def job_times(engine: Engine, status: JobStatus) -> JobTimes:
+    """Created, started (first claim), finished (last item, when none is left to run) and the ETA
+    from each lane's recent rate (``lane_rates``) for the job of ``status``."""
+    job_id = status.job_id
+    remaining = {
+        lane: sum(n for st, n in counts.items() if st in DEPTH_STATES)
+        for lane, counts in status.lanes.items()
+    }
+    with Session(reader(engine)) as s:
+        now = float(s.execute(select(db_now())).scalar_one())
+        started = s.execute(
+            select(func.min(Event.at)).where(Event.job_id == job_id, Event.type == "item_claimed")
+        ).scalar_one_or_none()
+        finished = None
+        if not any(remaining.values()) and status.state not in ("submitting",):
+            finished = s.execute(select(func.max(Item.updated_at)).where(Item.job_id == job_id)).scalar()
+    eta: float | None = None
+    if any(remaining.values()):
+        rates = lane_rates(engine, [lane for lane, n in remaining.items() if n], window=ETA_WINDOW)
+        if all(rates.get(lane, 0.0) > 0 for lane, n in remaining.items() if n):
+            # The lanes of a pipeline run one after another for each photo: the slowest bounds it.
+            eta = max(n / rates[lane] for lane, n in remaining.items() if n)
+    return JobTimes(
+        created_at=status.created_at,
+        started_at=None if started is None else float(started),
+        finished_at=None if finished is None else float(finished),
+        now=now,
+        eta=eta,
+    )
+
+
+# -- lanes -------------------------------------------------------------------------------------------
+def lane_depths(engine: Engine) -> dict[str, dict[str, int]]:
+    """Items not finished, per lane and state (waiting, pending, queued, running, paused)."""
+    with Session(reader(engine)) as s:
+        rows = s.execute(
+            select(Item.lane, Item.state, func.count())
+            .where(Item.state.in_(DEPTH_STATES))
+            .group_by(Item.lane, Item.state)
+        ).all()
+    out: dict[str, dict[str, int]] = {}
+    for lane, state, n in rows:
+        out.setdefault(lane, {})[state] = int(n)
+    return out
+
+
+def _bucket_expr(engine: Engine, start: float, bucket: float) -> ColumnElement[int]:
+    offset = (Event.at - start) / bucket
+    if engine.dialect.name == "postgresql":
+        return cast(func.floor(offset), Integer)
+    return cast(offset, Integer)  # SQLite truncates toward zero; offset is never negative here
+
+
+def lane_throughput(
+    engine: Engine, *, window: float = 3600.0, bucket: float = 60.0, lanes: Collection[str] | None = None
+) -> tuple[float, dict[str, list[int]]]:
+    """Items finished (succeeded or failed) per lane in each ``bucket`` of the last ``window``
+    seconds, oldest bucket first, from the event log (its newest ``RECENT_EVENTS`` rows). Returns
+    the window's start (database time) and lane -> counts."""
+    n = max(1, int(window // bucket))
+    with Session(reader(engine)) as s:
+        now = float(s.execute(select(db_now())).scalar_one())
+        start = now - n * bucket
+        floor_id = s.execute(
+            select(Event.id).order_by(Event.id.desc()).offset(RECENT_EVENTS).limit(1)
+        ).scalar_one_or_none()
+        slot = _bucket_expr(engine, start, bucket).label("slot")
+        q = (
+            select(Event.lane, slot, func.count())
+            .where(Event.type.in_(FINISH_EVENTS), Event.at >= start, Event.lane.is_not(None))
+            .group_by(Event.lane, slot)
+        )
+        if floor_id is not None:
+            q = q.where(Event.id > floor_id)
+        if lanes is not None:
+            q = q.where(Event.lane.in_(tuple(lanes)))
+        rows = s.execute(q).all()
+    out: dict[str, list[int]] = {}
+    for lane, i, count in rows:
+        series = out.setdefault(lane, [0] * n)
+        if 0 <= int(i) < n:
+            series[int(i)] += int(count)
+    return start, out
+
+
+def lane_rates(engine: Engine, lanes: Collection[str], *, window: float = ETA_WINDOW) -> dict[str, float]:
+    """Items finished per second in each of ``lanes`` over the last ``window`` seconds."""
+    _, series = lane_throughput(engine, window=window, bucket=window, lanes=lanes)
+    return {lane: sum(series.get(lane, [0])) / window for lane in lanes}
+
+
+# -- failure groups: their items, retry and discard ------------------------------------------------------
+def group_items(engine: Engine, job_id: int, lane: str, state: str, reason: str) -> list[int]:
+    """The ids of a job's items in one failure group (lane, state, reason class), in id order."""
+    with Session(reader(engine)) as s:
+        if s.get(Job, job_id) is None:
+            raise UnknownJob(job_id)
+        rows = s.execute(
+            select(Item.id, Item.error, Photo.path)
+            .outerjoin(Photo, Photo.id == Item.photo_id)
+            .where(Item.job_id == job_id, Item.lane == lane, Item.state == state)
+            .order_by(Item.id)
+        ).all()
+    return [r.id for r in rows if reason_class(r.error, [r.path]) == reason]
+
+
+class NothingToDiscard(NotApplicable):
+    def __init__(self, job_id: int) -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id} has none of these items failed: nothing to discard")
+
+
+def discard(engine: Engine, job_id: int, item_ids: Collection[int]) -> int:
+    """Give up on failed items: each of ``item_ids`` that is ``failed`` in the job becomes
+    ``skipped`` (its error kept; a retry of the job no longer picks it up), with an
+    ``item_discarded`` event. Under the job's row lock (the lock order: job, then its items), as
+    retry and cancel take it. Returns how many changed; ``NothingToDiscard`` when none did."""
+    ids = sorted({int(i) for i in item_ids})
+    with Session(engine) as s, s.begin():
+        job = s.execute(select(Job.id).where(Job.id == job_id).with_for_update()).first()
+        if job is None:
+            raise UnknownJob(job_id)
+        changed = []
+        for start in range(0, len(ids), 500):
+            changed += s.execute(
+                update(Item)
+                .where(Item.id.in_(ids[start : start + 500]), Item.job_id == job_id, Item.state == FAILED)
+                .values(state=SKIPPED, updated_at=db_now())
+                .returning(Item.id, Item.lane, Item.photo_id, Item.fencing_token)
+            ).all()
+        if not changed:
+            raise NothingToDiscard(job_id)
+        emit_many(
+            s,
+            [
+                {
+                    "type": DISCARDED,
+                    "job_id": job_id,
+                    "item_id": r.id,
+                    "photo_id": r.photo_id,
+                    "lane": r.lane,
+                    "token": r.fencing_token,
+                    "detail": {"from": FAILED, "state": SKIPPED},
+                }
+                for r in sorted(changed, key=lambda r: r.id)
+            ],
+        )
+    return len(changed)
