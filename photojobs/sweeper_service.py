@@ -10,19 +10,21 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from photojobs.broker import RedisPublisher, build_broker
 from photojobs.config import Settings, describe_outage
 from photojobs.doorbell import SWEEP, SWEEP_CHANNEL, Doorbell
+from photojobs.maintenance import Maintenance, SweepReport, default_services
 from photojobs.quiet import install as quiet_logging
 from photojobs.quiet import next_retry_text
 from store.engine import make_engine
 from store.lanes import all_lanes
-from store.sweeper import SweepReport, sweep_once
 
 log = logging.getLogger("photojobs.sweeper")
 
 
 class Sweeper:
-    """Runs ``store.sweeper.sweep_once`` every ``settings.sweep_interval`` seconds, and at once when a
-    client rings the sweepers' doorbell (``photojobs.doorbell.ring_sweepers``: a job was submitted,
-    resumed or retried). Passes never overlap: a ring during a pass runs one more pass after it."""
+    """Runs a pass of its maintenance services (``photojobs.maintenance``) every
+    ``settings.sweep_interval`` seconds, and at once when a client rings the sweepers' doorbell
+    (``photojobs.doorbell.ring_sweepers``: a job was submitted, resumed or retried). Passes never
+    overlap: a ring during a pass runs one more pass after it. Each service keeps its own interval
+    (the stray-file sweep runs at most once a minute) and its own run counters."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -30,6 +32,15 @@ class Sweeper:
         self.engine = make_engine(settings.database_url)
         self.broker = build_broker(settings.redis_url)
         self.publisher = RedisPublisher(self.broker, self.specs)
+        self.maintenance = Maintenance(
+            default_services(
+                self.engine,
+                self.specs,
+                self.publisher,
+                republish_after=settings.republish_after,
+                forget_workers_after=settings.forget_workers_after,
+            )
+        )
         self.scheduler: BackgroundScheduler | None = None
         self.passes = 0
         self.failures = 0
@@ -42,13 +53,8 @@ class Sweeper:
         self._bell: threading.Event | None = None
 
     def once(self) -> SweepReport:
-        report = sweep_once(
-            self.engine,
-            self.specs,
-            self.publisher,
-            republish_after=self.settings.republish_after,
-            forget_workers_after=self.settings.forget_workers_after,
-        )
+        """One pass of every due service now (``photojobs sweep --once``, and each tick)."""
+        report = self.maintenance.run_pass()
         self.passes += 1
         self.last = report
         if report.revoked or report.republished or report.quarantined:

@@ -1,17 +1,14 @@
-"""The sweeper: revokes expired leases, re-publishes lost messages, tops up lanes.
+"""The sweeper's lease revocation: expired leases back to pending (or quarantined), fenced.
 
 Safe with many sweepers at once: every change is a compare-and-set on (item, token, state), and
 on PostgreSQL expired rows are taken with ``FOR UPDATE SKIP LOCKED`` so two sweepers split them.
-It runs as an APScheduler job inside ``photojobs worker``/``run`` and alone in ``photojobs sweep``.
+The sweeper's other duties are store functions of their own modules; ``photojobs.maintenance`` runs
+them all as services (inside ``photojobs worker``/``run``, and alone in ``photojobs sweep``).
 """
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Protocol
 
 from sqlalchemy import Engine, Select, select, update
 from sqlalchemy.orm import Session
@@ -19,36 +16,10 @@ from sqlalchemy.orm import Session
 from store.lanes import LaneSpec
 
 from .clock import db_now
-from .dispatch import ALONE, Publish, mark_republished, stale_queued, take_for_dispatch
-from .events import assign_cursors, emit
-from .intents import settle_orphans, sweep_stray_staged
+from .dispatch import ALONE
+from .events import emit
 from .items import WAITING_ALONE, lock_successors, release_locks, skip_successors, state_for
 from .models import FAILED, RUNNING, Item, Job
-from .workers import FORGET_AFTER, forget_stale
-
-log = logging.getLogger("photojobs.sweeper")
-
-
-class Publisher(Protocol):
-    def publish(self, items: list[Publish]) -> None: ...
-
-    def held(self, items: list[Publish]) -> set[str]:
-        """The message ids of ``items`` whose message is still waiting for, or held by, a live
-        worker (asked once per pass, for all stale queued items at once)."""
-        ...
-
-
-@dataclass
-class SweepReport:
-    revoked: int = 0
-    quarantined: int = 0
-    settled: int = 0
-    strays: int = 0
-    republished: int = 0
-    dispatched: int = 0
-    sequenced: int = 0
-    workers_forgotten: int = 0
-    errors: list[str] = field(default_factory=list)
 
 
 def expired_leases(limit: int) -> Select[tuple[int, int]]:
@@ -191,70 +162,3 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
                     f"{item.lane} {error}",
                 )
     return revoked, quarantined
-
-
-_last_stray_sweep: dict[str, float] = {}
-
-
-def sweep_once(
-    engine: Engine,
-    specs: Mapping[str, LaneSpec],
-    publisher: Publisher,
-    *,
-    republish_after: float = 2.0,
-    stray_grace: float = 300.0,
-    stray_every: float = 60.0,
-    forget_workers_after: float = FORGET_AFTER,
-) -> SweepReport:
-    """One pass: revoke expired leases, settle the intents of stopped items, re-publish lost
-    messages, top up every lane, number events, forget registered workers whose last beat is older
-    than ``forget_workers_after`` seconds; every ``stray_every`` seconds also remove staged files no
-    live intent owns (older than ``stray_grace``)."""
-    report = SweepReport()
-    try:
-        report.revoked, report.quarantined = revoke_expired(engine, specs)
-    except Exception as exc:  # noqa: BLE001 - one failing step must not stop the others
-        log.exception("revoking expired leases failed")
-        report.errors.append(f"revoke: {exc}")
-    try:
-        report.settled = settle_orphans(engine)
-    except Exception as exc:  # noqa: BLE001
-        log.exception("settling the intents of stopped items failed")
-        report.errors.append(f"settle: {exc}")
-    key = str(engine.url)
-    if time.monotonic() - _last_stray_sweep.get(key, float("-inf")) >= stray_every:
-        _last_stray_sweep[key] = time.monotonic()
-        try:
-            report.strays = len(sweep_stray_staged(engine, stray_grace))
-        except Exception as exc:  # noqa: BLE001
-            log.exception("removing stray staged files failed")
-            report.errors.append(f"strays: {exc}")
-    try:
-        stale = stale_queued(engine, republish_after)
-        held = publisher.held(stale) if stale else set()
-        lost = [p for p in stale if p.message_id not in held]
-        again = mark_republished(engine, lost, "message not in Redis")
-        publisher.publish(again)
-        report.republished = len(again)
-    except Exception as exc:  # noqa: BLE001
-        log.exception("re-publishing lost messages failed")
-        report.errors.append(f"republish: {exc}")
-    for spec in specs.values():
-        try:
-            batch = take_for_dispatch(engine, spec)
-            publisher.publish(batch)
-            report.dispatched += len(batch)
-        except Exception as exc:  # noqa: BLE001
-            log.exception("dispatching lane %s failed", spec.name)
-            report.errors.append(f"dispatch {spec.name}: {exc}")
-    try:
-        report.sequenced = assign_cursors(engine)
-    except Exception as exc:  # noqa: BLE001
-        log.exception("numbering events failed")
-        report.errors.append(f"events: {exc}")
-    try:
-        report.workers_forgotten = forget_stale(engine, forget_workers_after)
-    except Exception as exc:  # noqa: BLE001
-        log.exception("forgetting dead workers failed")
-        report.errors.append(f"workers: {exc}")
-    return report

@@ -7,13 +7,13 @@ import pytest
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
+from photojobs.maintenance import sweep_once
 from store import workers as store_workers
 from store.clock import db_now
 from store.dispatch import Publish
 from store.lanes import all_lanes
 from store.listing import workers
 from store.models import Worker
-from store.sweeper import sweep_once
 
 
 class NoPublisher:

@@ -14,9 +14,9 @@ from sqlalchemy import Engine
 from photojobs.api import Client
 from photojobs.broker import NAMESPACE, RedisPublisher, build_broker
 from photojobs.config import Settings
+from photojobs.maintenance import sweep_once
 from store.dispatch import Publish, stale_queued
 from store.lanes import all_lanes
-from store.sweeper import sweep_once
 from tests.support import Fleet, event_counts, items_of, job_done, make_files, pid_of_owner, wait_for
 
 QUEUE = "photojobs.noop"

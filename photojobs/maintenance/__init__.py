@@ -1,0 +1,36 @@
+"""The sweeper's duties as small maintenance services run by one loop (docs/design.md "Maintenance services").
+
+:mod:`.service` is the loop and the base class (name, interval, counters a test can wait on);
+:mod:`.duties` the seven duties, each calling its store function, and ``sweep_once`` (one pass).
+"""
+
+from photojobs.maintenance.duties import (
+    DispatchLane,
+    ForgetWorkers,
+    NumberEvents,
+    Publisher,
+    RemoveStrayStaged,
+    Republish,
+    RevokeExpired,
+    SettleOrphans,
+    SweepReport,
+    default_services,
+    sweep_once,
+)
+from photojobs.maintenance.service import Maintenance, Service
+
+__all__ = [
+    "DispatchLane",
+    "ForgetWorkers",
+    "Maintenance",
+    "NumberEvents",
+    "Publisher",
+    "RemoveStrayStaged",
+    "Republish",
+    "RevokeExpired",
+    "Service",
+    "SettleOrphans",
+    "SweepReport",
+    "default_services",
+    "sweep_once",
+]
