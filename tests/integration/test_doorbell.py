@@ -14,17 +14,9 @@ from photojobs.broker import RedisPublisher, build_broker
 from photojobs.doorbell import CHANNEL, Doorbell
 from store.dispatch import Publish
 from store.lanes import all_lanes
+from tests.support import poll
 
 LONG_POLL_MS = 60_000  # without the doorbell, the consumer would look at Redis again in 30-60 s
-
-
-def _wait(predicate, seconds: float) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return bool(predicate())
 
 
 def _noop_worker(redis_url: str) -> tuple[dramatiq.Broker, dramatiq.Worker, threading.Event]:
@@ -82,18 +74,18 @@ def test_a_published_message_wakes_a_consumer_that_backed_off_to_a_minute(redis_
     queue = specs["noop"].queue
     broker, worker, ran = _noop_worker(redis_url)
     try:
-        assert _wait(lambda: queue in worker.consumers and worker.consumers[queue].consumer, 10)
+        assert poll(lambda: queue in worker.consumers and worker.consumers[queue].consumer, 10)
         consumer = worker.consumers[queue].consumer
         entered = _long_wait_entered(consumer)
         consumer.misses = 30  # type: ignore[union-attr]  # the next idle wait is the longest
-        assert _wait(lambda: broker.doorbell.listening, 10), "the doorbell never subscribed"
+        assert poll(lambda: broker.doorbell.listening, 10), "the doorbell never subscribed"
         rings = broker.doorbell.rings
         # (the condition under test: the consumer has entered its long wait)
         assert entered.wait(10), "the consumer never entered its long wait"
         # When an item is published through the product's publisher
         RedisPublisher(build_broker(redis_url), specs).publish([Publish(1, 1, "noop")])
         # Then the doorbell rang and the consumer fetched and ran it well before its next poll
-        assert _wait(ran.is_set, 10), "the published message waited for the consumer's next poll"
+        assert poll(ran.is_set, 10), "the published message waited for the consumer's next poll"
         assert broker.doorbell.rings > rings
     finally:
         _stop(worker, broker)
@@ -105,11 +97,11 @@ def test_a_doorbell_whose_redis_is_unreachable_is_not_listening_and_rings_nothin
     event = bell.register("photojobs.noop")
     try:
         # When it tries to subscribe
-        assert _wait(event.is_set, 5)  # every failed attempt wakes the consumers to poll
+        assert poll(event.is_set, 5)  # every failed attempt wakes the consumers to poll
         # Then it is not listening (consumers poll at their normal timeout), and keeps trying
         assert not bell.listening
         event.clear()
-        assert _wait(event.is_set, 5)
+        assert poll(event.is_set, 5)
         assert not bell.listening
     finally:
         bell.stop()
@@ -121,7 +113,7 @@ def test_publish_rings_each_queue_once_in_the_same_round_trip(redis_url: str) ->
     client = redis.Redis.from_url(redis_url)
     sub = client.pubsub(ignore_subscribe_messages=True)
     sub.subscribe(CHANNEL)
-    assert _wait(lambda: client.pubsub_numsub(CHANNEL)[0][1] >= 1, 5)
+    assert poll(lambda: client.pubsub_numsub(CHANNEL)[0][1] >= 1, 5)
     # When three noop items and one exif item are published
     RedisPublisher(build_broker(redis_url), specs).publish(
         [Publish(1, 1, "noop"), Publish(2, 1, "noop"), Publish(3, 1, "exif"), Publish(4, 1, "noop")]
@@ -164,14 +156,14 @@ def test_a_doorbell_whose_subscription_is_killed_subscribes_again_and_rings_agai
     admin = redis.Redis.from_url(redis_url)
     try:
         bell = broker.doorbell
-        assert _wait(lambda: queue in worker.consumers and worker.consumers[queue].consumer, 10)
-        assert _wait(lambda: bell.listening and bell._pubsub.connection is not None, 10)
+        assert poll(lambda: queue in worker.consumers and worker.consumers[queue].consumer, 10)
+        assert poll(lambda: bell.listening and bell._pubsub.connection is not None, 10)
         assert bell.subscriptions == 1
         # When Redis drops exactly the doorbell's connection (CLIENT KILL by its address)
         host, port = bell._pubsub.connection._sock.getsockname()[:2]
         assert admin.execute_command("CLIENT", "KILL", "ADDR", f"{host}:{port}")
         # Then it subscribes again on its own
-        assert _wait(lambda: bell.subscriptions >= 2 and bell.listening, 10), "the doorbell did not come back"
+        assert poll(lambda: bell.subscriptions >= 2 and bell.listening, 10), "the doorbell did not come back"
         # And a message published afterwards still wakes the consumer backed off to a minute
         consumer = worker.consumers[queue].consumer
         entered = _long_wait_entered(consumer)
@@ -179,6 +171,6 @@ def test_a_doorbell_whose_subscription_is_killed_subscribes_again_and_rings_agai
         # (the condition under test: the consumer has entered its long wait)
         assert entered.wait(10), "the consumer never entered its long wait"
         RedisPublisher(build_broker(redis_url), specs).publish([Publish(1, 1, "noop")])
-        assert _wait(ran.is_set, 10), "after the reconnection the message waited for the next poll"
+        assert poll(ran.is_set, 10), "after the reconnection the message waited for the next poll"
     finally:
         _stop(worker, broker)

@@ -24,7 +24,16 @@ from photojobs.api import Client
 from photojobs.config import Settings
 from store.engine import make_engine
 from store.models import Event
-from tests.support import ROOT, event_counts, item_states, job_done, make_files, pid_of_owner, wait_for
+from tests.support import (
+    ROOT,
+    event_counts,
+    item_states,
+    job_done,
+    make_files,
+    pid_of_owner,
+    still_running,
+    wait_for,
+)
 
 PROCESSES = 2
 
@@ -64,12 +73,7 @@ class WorkerFleet:
         return self.log.read_text(errors="replace").count("Worker process is ready for action") >= PROCESSES
 
     def live_leftovers(self) -> list[int]:
-        out = []
-        for pid, proc in self.seen.items():
-            with contextlib.suppress(psutil.NoSuchProcess):
-                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                    out.append(pid)
-        return out
+        return [pid for pid, proc in self.seen.items() if still_running(proc)]
 
     def logs(self) -> str:
         return f"--- fleet {self.name}\n{self.log.read_text(errors='replace')[-4000:]}"
