@@ -50,17 +50,17 @@ class Counters:
         return {lane: n for (t, lane), n in self.values.items() if t == type_}
 
 
-def fold_in(s: Session, limit: int = FOLD_BATCH) -> tuple[int, int]:
-    """Fold up to ``limit`` numbered events past the cursor into the counters, in the caller's
-    transaction (which then holds the cursor row until it ends). Returns (cursor folded through,
-    events folded now)."""
+def fold_in(s: Session, limit: int | None = None) -> tuple[int, int]:
+    """Fold up to ``limit`` (default ``FOLD_BATCH``) numbered events past the cursor into the
+    counters, in the caller's transaction (which then holds the cursor row until it ends). Returns
+    (cursor folded through, events folded now)."""
     cursor_row = select(Counter.value).where(Counter.name == FOLD_CURSOR, Counter.lane == "")
     cursor = s.execute(cursor_row.with_for_update()).scalar_one()
     batch = (
         select(Event.seq, Event.type, Event.lane)
         .where(Event.seq.is_not(None), Event.seq > cursor)
         .order_by(Event.seq)
-        .limit(limit)
+        .limit(limit or FOLD_BATCH)
         .subquery()
     )
     groups = s.execute(

@@ -7,16 +7,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, Select, func, select
 from sqlalchemy.orm import Session
 
+from . import counters as store_counters
 from . import workers as store_workers
 from .clock import db_now
 from .engine import reader
 from .errors import UnknownJob
 from .events import EventRecord, assign_cursors, record_of
 from .jobs import JobStatus, statuses
-from .models import FAILED, RUNNING, SKIPPED, TERMINAL, Event, Item, Job, Photo
+from .models import FAILED, PENDING, QUEUED, RUNNING, SKIPPED, TERMINAL, Event, Item, Job, Photo
 from .reasons import reason_class
 
 MAX_PAGE = 1000
@@ -276,28 +277,47 @@ def workers(engine: Engine) -> list[dict[str, Any]]:
     return out
 
 
-COUNTED_EVENTS = (
-    "lease_expired",
-    "stale_commit_rejected",
-    "item_succeeded",
-    "item_failed",
-    "message_rejected",
-)
 THROUGHPUT_WINDOW = 60.0
 RECENT_EVENTS = 20000
+# The item states a lane's queue depth is reported in (``photojobs_lane_items``).
+DEPTH_STATES = (PENDING, QUEUED, RUNNING)
+WORKER_STATES = ("live", "stale", "stopped")
 
 
 @dataclass
 class MetricsSnapshot:
     items: dict[tuple[str, str], int]  # (lane, state) -> n, over every job in the store
-    events: dict[str, int]  # counted event type -> n (since the last prune)
+    counters: store_counters.Counters  # events folded so far by (type, lane): never go back
     throughput: dict[str, float]  # lane -> items finished per second over the last minute
     jobs: dict[str, int]  # job state -> n
+    depth: dict[tuple[str, str], int] = field(default_factory=dict)  # (lane, DEPTH_STATES) -> n
+    oldest_queued_age: dict[str, float] = field(default_factory=dict)  # lane -> s (0: none queued)
+    workers: dict[str, int] = field(default_factory=dict)  # WORKER_STATES -> n
+    lane_workers: dict[str, int] = field(default_factory=dict)  # lane -> live workers serving it
 
 
-def metrics(engine: Engine) -> MetricsSnapshot:
-    """The figures behind ``/metrics``: one grouped count of items, one of counted events, and the
-    throughput over the last minute from the newest events (read by cursor, no time index needed)."""
+def depth_query(lane: str) -> Select[tuple[str, int]]:
+    """A lane's items by state among ``DEPTH_STATES``: a search of ``ix_items_dispatch``."""
+    return (
+        select(Item.state, func.count())
+        .where(Item.lane == lane, Item.state.in_(DEPTH_STATES))
+        .group_by(Item.state)
+    )
+
+
+def oldest_queued_query(lane: str) -> Select[tuple[float | None]]:
+    """When the lane's oldest queued item was queued: a search of ``ix_items_dispatch`` over its
+    queued items (at most the lane's bound of messages times its batch)."""
+    return select(func.min(Item.queued_at)).where(Item.lane == lane, Item.state == QUEUED)
+
+
+def metrics(engine: Engine, lanes: Sequence[str] = ()) -> MetricsSnapshot:
+    """The figures behind ``/metrics``: the event log folded into the counters first (so they include
+    every event numbered so far, ``store.counters``), one grouped count of items, the depth and oldest
+    queued age of each of ``lanes``, the workers by state, and the throughput over the last minute
+    from the newest events (read by cursor, no time index needed)."""
+    store_counters.fold(engine)
+    counters = store_counters.read(engine)
     with Session(reader(engine)) as s:
         now = s.execute(select(db_now())).scalar_one()
         items = {
@@ -306,11 +326,14 @@ def metrics(engine: Engine) -> MetricsSnapshot:
                 select(Item.lane, Item.state, func.count()).group_by(Item.lane, Item.state)
             )
         }
-        events = {t: 0 for t in COUNTED_EVENTS} | dict(
-            s.execute(
-                select(Event.type, func.count()).where(Event.type.in_(COUNTED_EVENTS)).group_by(Event.type)
-            ).all()
-        )
+        depth: dict[tuple[str, str], int] = {}
+        oldest: dict[str, float] = {}
+        for lane in lanes:
+            counts = dict(s.execute(depth_query(lane)).tuples().all())
+            for state in DEPTH_STATES:
+                depth[(lane, state)] = int(counts.get(state, 0))
+            first = s.execute(oldest_queued_query(lane)).scalar_one()
+            oldest[lane] = 0.0 if first is None else max(0.0, now - first)
         recent = (
             select(Event.lane, Event.type, Event.at)
             .where(Event.seq.is_not(None))
@@ -330,7 +353,24 @@ def metrics(engine: Engine) -> MetricsSnapshot:
     jobs: dict[str, int] = {}
     for st in _job_states(engine):
         jobs[st] = jobs.get(st, 0) + 1
-    return MetricsSnapshot(items=items, events=events, throughput=throughput, jobs=jobs)
+    fleet = workers(engine)
+    by_state = dict.fromkeys(WORKER_STATES, 0)
+    lane_workers = dict.fromkeys(lanes, 0)
+    for w in fleet:
+        by_state[w["state"]] = by_state.get(w["state"], 0) + 1
+        if w["state"] == "live":
+            for lane in w["lanes"]:
+                lane_workers[lane] = lane_workers.get(lane, 0) + 1
+    return MetricsSnapshot(
+        items=items,
+        counters=counters,
+        throughput=throughput,
+        jobs=jobs,
+        depth=depth,
+        oldest_queued_age=oldest,
+        workers=by_state,
+        lane_workers=lane_workers,
+    )
 
 
 def _job_states(engine: Engine) -> list[str]:

@@ -1,16 +1,36 @@
-"""``/metrics``: Prometheus figures read from the store at scrape time."""
+"""``/metrics``: Prometheus figures: persisted counters (the folded event log) and scrape-time gauges."""
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Iterator
 from typing import Any
 
+import dramatiq
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
+import photojobs
 from store import listing
 from store.models import ALL_STATES, QUEUED, TERMINAL
+
+# Counters by lane: (metric name without _total, event type folded into it, help).
+LANE_COUNTERS = (
+    ("photojobs_items_succeeded", "item_succeeded", "Items that succeeded"),
+    ("photojobs_items_failed", "item_failed", "Items that failed for good (no attempt left)"),
+    ("photojobs_items_cancelled", "item_cancelled", "Items cancelled (their job was cancelled)"),
+    ("photojobs_items_retried", "item_retried", "Ended items sent back to work by an operator's retry"),
+    (
+        "photojobs_items_retry_scheduled",
+        "item_retry_scheduled",
+        "Attempts that failed with attempts left (the item runs again after a delay)",
+    ),
+    ("photojobs_claims", "item_claimed", "Items claimed by a worker (a lease taken)"),
+    ("photojobs_lease_expiries", "lease_expired", "Leases revoked by the sweeper (worker died or froze)"),
+    ("photojobs_stale_commits", "stale_commit_rejected", "Commits refused by the fence (a stale lease)"),
+    ("photojobs_messages_rejected", "message_rejected", "Broker messages rejected (malformed or unknown)"),
+)
 
 
 class StoreCollector(Collector):
@@ -18,7 +38,37 @@ class StoreCollector(Collector):
         self.client = client
 
     def collect(self) -> Iterator[Any]:
-        snap = listing.metrics(self.client.engine)
+        known = sorted(self.client.specs)
+        snap = listing.metrics(self.client.engine, known)
+        yield from self._counters(snap, known)
+        yield from self._items(snap)
+        yield from self._lanes(snap, known)
+        yield from self._fleet(snap)
+
+    def _counters(self, snap: listing.MetricsSnapshot, known: list[str]) -> Iterator[Any]:
+        folded = snap.counters
+        for name, type_, help_ in LANE_COUNTERS:
+            counter = CounterMetricFamily(name, help_ + " (persisted: never goes back)", labels=["lane"])
+            by_lane = dict.fromkeys(known, 0) | folded.by_lane(type_)
+            for lane, n in sorted(by_lane.items()):
+                counter.add_metric([lane], n)
+            yield counter
+        submitted = CounterMetricFamily("photojobs_jobs_submitted", "Jobs whose submission completed")
+        submitted.add_metric([], folded.get("job_submitted"))
+        yield submitted
+        events = CounterMetricFamily(
+            "photojobs_events", "Events folded from the event log by type and lane", labels=["type", "lane"]
+        )
+        for (type_, lane), n in sorted(folded.values.items()):
+            events.add_metric([type_, lane], n)
+        yield events
+        cursor = GaugeMetricFamily(
+            "photojobs_counters_cursor", "The event cursor (events.seq) the counters are folded through"
+        )
+        cursor.add_metric([], folded.cursor)
+        yield cursor
+
+    def _items(self, snap: listing.MetricsSnapshot) -> Iterator[Any]:
         lanes = sorted({lane for lane, _ in snap.items} | set(snap.throughput))
         items = GaugeMetricFamily(
             "photojobs_items", "Items in the store by lane and state", labels=["lane", "state"]
@@ -27,6 +77,15 @@ class StoreCollector(Collector):
             for state in ALL_STATES:
                 items.add_metric([lane, state], snap.items.get((lane, state), 0))
         yield items
+        jobs = GaugeMetricFamily(
+            "photojobs_jobs_active", "Jobs with unfinished items, by state", labels=["state"]
+        )
+        for state, n in sorted(snap.jobs.items()):
+            jobs.add_metric([state], n)
+        yield jobs
+
+    def _lanes(self, snap: listing.MetricsSnapshot, known: list[str]) -> Iterator[Any]:
+        lanes = sorted({lane for lane, _ in snap.items} | set(snap.throughput) | set(known))
         depth = GaugeMetricFamily(
             "photojobs_queue_depth",
             "Items dispatched to the broker and not yet claimed (state queued in the store) per lane",
@@ -43,7 +102,7 @@ class StoreCollector(Collector):
             "Items finished (succeeded or failed) per second over the last minute",
             labels=["lane"],
         )
-        for lane in sorted(set(lanes) | set(self.client.specs)):
+        for lane in lanes:
             depth.add_metric([lane], snap.items.get((lane, QUEUED), 0))
             backlog.add_metric(
                 [lane], sum(n for (ln, st), n in snap.items.items() if ln == lane and st not in TERMINAL)
@@ -55,37 +114,52 @@ class StoreCollector(Collector):
         yield backlog
         yield bound
         yield throughput
-        for name, type_, help_ in (
-            (
-                "photojobs_lease_expiries",
-                "lease_expired",
-                "Leases revoked by the sweeper (since the last prune)",
-            ),
-            (
-                "photojobs_stale_commits",
-                "stale_commit_rejected",
-                "Commits refused by the fence (since the last prune)",
-            ),
-            ("photojobs_items_succeeded", "item_succeeded", "Items that succeeded (since the last prune)"),
-            ("photojobs_items_failed", "item_failed", "Items that failed for good (since the last prune)"),
-            (
-                "photojobs_messages_rejected",
-                "message_rejected",
-                "Broker messages rejected (since the last prune)",
-            ),
-        ):
-            counter = CounterMetricFamily(name, help_)
-            counter.add_metric([], snap.events.get(type_, 0))
-            yield counter
-        jobs = GaugeMetricFamily(
-            "photojobs_jobs_active", "Jobs with unfinished items, by state", labels=["state"]
+        lane_depth = GaugeMetricFamily(
+            "photojobs_lane_depth",
+            "A lane's items waiting for dispatch (pending), in the broker (queued) and leased (running)",
+            labels=["lane", "state"],
         )
-        for state, n in sorted(snap.jobs.items()):
-            jobs.add_metric([state], n)
-        yield jobs
+        for (lane, state), n in sorted(snap.depth.items()):
+            lane_depth.add_metric([lane, state], n)
+        yield lane_depth
+        oldest = GaugeMetricFamily(
+            "photojobs_oldest_queued_age_seconds",
+            "Seconds since the lane's oldest queued item was queued (0: none queued)",
+            labels=["lane"],
+        )
+        for lane, age in sorted(snap.oldest_queued_age.items()):
+            oldest.add_metric([lane], age)
+        yield oldest
+
+    def _fleet(self, snap: listing.MetricsSnapshot) -> Iterator[Any]:
+        workers = GaugeMetricFamily(
+            "photojobs_workers",
+            "Registered worker processes: live (beating), stale (beats stopped), stopped (clean shutdown)",
+            labels=["state"],
+        )
+        for state, n in sorted(snap.workers.items()):
+            workers.add_metric([state], n)
+        yield workers
+        lane_workers = GaugeMetricFamily(
+            "photojobs_lane_workers", "Live worker processes serving the lane", labels=["lane"]
+        )
+        for lane, n in sorted(snap.lane_workers.items()):
+            lane_workers.add_metric([lane], n)
+        yield lane_workers
+        info = InfoMetricFamily("photojobs_build", "The serving process's versions")
+        info.add_metric(
+            [],
+            {
+                "version": photojobs.__version__,
+                "dramatiq": dramatiq.__version__,
+                "python": platform.python_version(),
+            },
+        )
+        yield info
 
 
 def render(client: Any) -> bytes:
+    """The Prometheus text exposition of the store's figures (folds the event log first)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(client))
     return generate_latest(registry)
