@@ -30,7 +30,7 @@ from store.errors import NotApplicable, UnknownJob
 from store.events import EventRecord, read_events
 from store.models import Event, Item, Job
 from tests.chaos.checker import SETTLED_JOB_STATES, check_cursors
-from tests.support import Fleet, RedisServer, wait_for
+from tests.support import Fleet, RedisServer, poll, wait_for
 
 WORKERS = 4
 THREADS = 2
@@ -547,13 +547,16 @@ class ChaosRun:
 
     def settle(self, timeout: float) -> dict[int, str]:
         """Wait (polling, with a deadline) until every job is terminal or paused; the last states."""
-        deadline = time.monotonic() + timeout
-        while True:
+        states: dict[int, str] = {}
+
+        def settled() -> bool:
+            nonlocal states
             states = {j.id: self.client.status(j.id).state for j in self.live_jobs()}
-            if all(s in SETTLED_JOB_STATES for s in states.values()) or time.monotonic() > deadline:
-                self.note(f"job states: {states}")
-                return states
-            time.sleep(0.25)
+            return all(s in SETTLED_JOB_STATES for s in states.values())
+
+        poll(settled, timeout, 0.25)
+        self.note(f"job states: {states}")
+        return states
 
     def finish(self) -> None:
         for w in self.workers:
