@@ -3,8 +3,8 @@ text, a job's times and ETA, lane depth and throughput, and the retry or discard
 
 A job's state is derived from its items (``store.jobs.derive_job_state``, the one place that decides
 it). The state filter does not recompute it for every job: for each state it asks the database for
-the jobs that *can* be in it — an ``EXISTS`` on ``items (state, job_id)`` (index
-``ix_items_state_job``, migration 0010) — and confirms each candidate with the derived state.
+the jobs that *can* be in it — job ids from index ranges on items (``_has``) — and confirms each
+candidate with the derived state.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, Integer, String, and_, cast, exists, func, not_, or_, select, update
+from sqlalchemy import Engine, Integer, String, and_, cast, exists, func, not_, or_, select, text, update
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -22,6 +22,7 @@ from .engine import reader
 from .errors import NotApplicable, UnknownJob
 from .events import emit_many
 from .jobs import JobStatus, statuses
+from .lanes import LANE_NAMES
 from .models import (
     ALL_STATES,
     CANCEL,
@@ -45,6 +46,10 @@ from .reasons import reason_class
 MAX_PAGE = 1000
 MAX_ROW_ID = 2**31 - 1
 ACTIVE = (WAITING, PENDING, QUEUED, RUNNING)
+# The states of ``ix_items_settled_job`` (migration 0010): rare, and never on the hot path (an item
+# that runs and succeeds never enters the index, so it costs the claim and the finish nothing).
+SETTLED_INDEXED = (FAILED, SKIPPED, CANCELLED, PAUSED)
+SETTLED_PREDICATE = "items.state IN ('failed', 'skipped', 'cancelled', 'paused')"
 # What the console filters by: the states ``derive_job_state`` gives a job.
 CONSOLE_JOB_STATES = (
     "submitting",
@@ -66,9 +71,20 @@ DISCARDED = "item_discarded"
 
 
 def _has(states: Sequence[str]) -> ColumnElement[bool]:
-    """The job has an item in one of ``states``: the job ids come from a range of
-    ``ix_items_state_job`` per state (no item row is read)."""
-    return Job.id.in_(select(Item.job_id).where(Item.state.in_(tuple(states))))
+    """The job has an item in one of ``states``. Job ids come from index ranges, no item row read:
+    a settled state from the partial index ``ix_items_settled_job`` (its predicate is repeated
+    word for word, so SQLite uses it too), an active one from ``ix_items_dispatch`` (lane, state,
+    job_id) over every lane."""
+    settled = [s for s in states if s in SETTLED_INDEXED]
+    active = [s for s in states if s not in SETTLED_INDEXED]
+    conds: list[ColumnElement[bool]] = []
+    if settled:
+        sub = select(Item.job_id).where(text(SETTLED_PREDICATE), Item.state.in_(settled))
+        conds.append(Job.id.in_(sub))
+    if active:
+        sub = select(Item.job_id).where(Item.lane.in_(LANE_NAMES), Item.state.in_(active))
+        conds.append(Job.id.in_(sub))
+    return or_(*conds)
 
 
 def state_hint(state: str) -> ColumnElement[bool]:
