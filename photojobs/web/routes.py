@@ -11,9 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 from photojobs.api import NotApplicable, SubmissionError, UnknownJob
 from photojobs.roots import OutsideRoots
 from photos.params import SKIPPED_KEY
+from store.console import CONSOLE_JOB_STATES
 from store.errors import BacklogFull
 from store.jobs import JobStatus
-from store.listing import JOB_STATES
 from store.models import ALL_STATES
 from store.sessions import create_session, revoke_session
 
@@ -40,6 +40,8 @@ MAX_CURSOR = 2**63 - 1
 MAX_PATH = 4096
 MAX_COMPONENT = 255
 MAX_PATHS = 10_000
+MAX_SEARCH = 200
+MAX_REASON = 300  # a reason class is at most 300 characters (store.reasons)
 
 JobId = Annotated[int, Path(ge=1, le=MAX_CURSOR, description="a job id")]
 JobFilter = Annotated[int | None, Query(ge=1, le=MAX_CURSOR, description="only this job's events")]
@@ -221,17 +223,23 @@ def submit(body: JobRequest, request: Request) -> dict[str, Any]:
 def list_jobs(
     request: Request,
     state: str | None = Query(None, description="a job state: running, paused, succeeded, failed, ..."),
+    q: str | None = Query(
+        None, max_length=MAX_SEARCH, description="search: a job id, a lane, a parameter or a photo path"
+    ),
     limit: int = Query(20, ge=1, le=1000),
     after: int | None = Query(None, ge=0, le=MAX_CURSOR, description="the previous page's next"),
 ) -> dict[str, Any]:
-    """Jobs newest first: ``{"jobs": [STATUS, …], "next": CURSOR | null}``."""
-    if state is not None and state not in JOB_STATES:
+    """Jobs newest first, filtered by state and search: ``{"jobs": [STATUS, …], "next": CURSOR | null}``;
+    following ``next`` reaches every job."""
+    if state is not None and state not in CONSOLE_JOB_STATES:
         raise ApiError(
-            400, "invalid_request", f"unknown job state {state!r}; states: {', '.join(JOB_STATES)}"
+            400, "invalid_request", f"unknown job state {state!r}; states: {', '.join(CONSOLE_JOB_STATES)}"
         )
+    if q is not None and "\x00" in q:
+        raise ApiError(400, "invalid_request", "the search contains a NUL character")
     if after is not None and after > MAX_ROW_ID:
         after = None  # every job id is below it: the first page
-    jobs, nxt = _cfg(request).client.list_jobs(state=state, limit=limit, after=after)
+    jobs, nxt = _cfg(request).client.find_jobs(state=state, search=q, limit=limit, after=after)
     return {"jobs": [status_dict(j) for j in jobs], "next": nxt}
 
 
@@ -249,6 +257,7 @@ def job(job_id: JobId, request: Request) -> dict[str, Any]:
         **status_dict(st),
         "failures": [g.as_dict() for g in failures],
         "destinations": client.destinations(st),
+        "times": client.job_times(st).as_dict(),
     }
 
 
@@ -318,10 +327,135 @@ def resume(job_id: JobId, request: Request) -> dict[str, Any]:
     return _act(request, job_id, "resume")
 
 
+LaneQuery = Annotated[str | None, Query(max_length=64, description="a lane")]
+ReasonQuery = Annotated[
+    str | None, Query(max_length=MAX_REASON, description="a failure group's reason class (with lane)")
+]
+ItemQuery = Annotated[int | None, Query(ge=1, le=MAX_CURSOR, description="one item of the job")]
+
+
+def _chosen(
+    request: Request, job_id: int, lane: str | None, reason: str | None, item: int | None
+) -> list[int] | None:
+    """The items a retry or discard is limited to: one item, one failure group (lane + reason),
+    or None (every failed item, of ``lane`` when given)."""
+    if item is not None and reason is not None:
+        raise ApiError(400, "invalid_request", "give an item or a failure group (lane and reason), not both")
+    if item is not None:
+        return [item] if item <= MAX_ROW_ID else []
+    if reason is None:
+        return None
+    if lane is None:
+        raise ApiError(400, "invalid_request", "a failure group is named by its lane and its reason")
+    try:
+        return _cfg(request).client.failure_group(job_id, lane, "failed", reason)
+    except UnknownJob as exc:
+        raise _unknown(exc) from None
+
+
 @api.post("/jobs/{job_id}/retry", tags=["control"])
-def retry(job_id: JobId, request: Request, lane: str | None = Query(None, max_length=64)) -> dict[str, Any]:
-    """Failed and cancelled items (of ``lane``) back to pending. 409 when there are none."""
-    return _act(request, job_id, "retry", lane)
+def retry(
+    job_id: JobId,
+    request: Request,
+    lane: LaneQuery = None,
+    reason: ReasonQuery = None,
+    item: ItemQuery = None,
+) -> dict[str, Any]:
+    """Failed and cancelled items back to pending: all of them, a lane's (``lane``), one failure
+    group's (``lane`` and ``reason``, as ``GET /api/jobs/{id}`` lists them) or one ``item``'s.
+    409 when there are none."""
+    _known_range(job_id)
+    chosen = _chosen(request, job_id, lane, reason, item)
+    if chosen is None:
+        return _act(request, job_id, "retry", lane)
+    client = _cfg(request).client
+    try:
+        changed = client.retry(job_id, lane, items=chosen)
+        st = client.status(job_id)
+    except UnknownJob as exc:
+        raise _unknown(exc) from None
+    except NotApplicable as exc:
+        raise ApiError(409, "not_applicable", str(exc), {"job": job_id, "action": "retry"}) from None
+    except SubmissionError as exc:
+        raise ApiError(400, "invalid_request", str(exc)) from None
+    return {"job": job_id, "action": "retry", "changed": changed, "status": status_dict(st)}
+
+
+@api.post("/jobs/{job_id}/discard", tags=["control"])
+def discard(
+    job_id: JobId,
+    request: Request,
+    lane: LaneQuery = None,
+    reason: ReasonQuery = None,
+    item: ItemQuery = None,
+) -> dict[str, Any]:
+    """Give up on failed items — one ``item``, one failure group (``lane`` and ``reason``), a
+    lane's or all: they become ``skipped`` (error kept, ``item_discarded`` events) and a retry no
+    longer picks them up. 409 when none of them is failed."""
+    _known_range(job_id)
+    client = _cfg(request).client
+    try:
+        chosen = _chosen(request, job_id, lane, reason, item)
+        if chosen is None:
+            rows, _ = client.items(job_id, state="failed", lane=lane, limit=1000)
+            chosen = [r.id for r in rows]
+        changed = client.discard(job_id, chosen)
+        st = client.status(job_id)
+    except UnknownJob as exc:
+        raise _unknown(exc) from None
+    except NotApplicable as exc:
+        raise ApiError(409, "not_applicable", str(exc), {"job": job_id, "action": "discard"}) from None
+    return {"job": job_id, "action": "discard", "changed": changed, "status": status_dict(st)}
+
+
+@api.get("/jobs/{job_id}/failures", tags=["jobs"])
+def failure_group(
+    job_id: JobId,
+    request: Request,
+    lane: Annotated[str, Query(min_length=1, max_length=64)],
+    reason: Annotated[str, Query(min_length=1, max_length=MAX_REASON)],
+    state: Annotated[str, Query(max_length=32)] = "failed",
+    limit: int = Query(100, ge=1, le=1000),
+    after: int | None = Query(None, ge=0, le=MAX_CURSOR, description="the previous page's next"),
+) -> dict[str, Any]:
+    """Every item of one failure group ("show all"): ``{"items": [...], "total": N, "next"}``."""
+    _check_state(state)
+    _known_range(job_id)
+    client = _cfg(request).client
+    try:
+        ids = client.failure_group(job_id, lane, state, reason)
+    except UnknownJob as exc:
+        raise _unknown(exc) from None
+    if after is not None:
+        ids_page = [i for i in ids if i > after]
+    else:
+        ids_page = ids
+    page = ids_page[:limit]
+    rows = []
+    if page:
+        wanted = set(page)
+        cursor = page[0] - 1
+        while cursor < page[-1]:
+            batch, nxt = client.items(job_id, state=state, lane=lane, limit=1000, after=cursor)
+            rows += [r for r in batch if r.id in wanted]
+            if nxt is None:
+                break
+            cursor = nxt
+    nxt_cursor = page[-1] if len(ids_page) > limit else None
+    return {"items": [r.as_dict() for r in rows], "total": len(ids), "next": nxt_cursor}
+
+
+@api.get("/console/lanes", tags=["lanes"])
+def lane_overview(
+    request: Request,
+    window: float = Query(3600.0, ge=60, le=86400, description="seconds of history"),
+    bucket: float = Query(60.0, ge=10, le=3600, description="seconds per bar"),
+) -> dict[str, Any]:
+    """Every lane: paused, queue depth (waiting, pending, queued, running, paused), live workers
+    serving it and items finished per ``bucket`` over the last ``window`` (at most 360 bars)."""
+    if window / bucket > 360:
+        raise ApiError(400, "invalid_request", "at most 360 bars: raise bucket or lower window")
+    return _cfg(request).client.lane_overview(window=window, bucket=bucket)
 
 
 # -- events, workers, housekeeping ---------------------------------------------------------------
