@@ -329,7 +329,7 @@ def metrics(engine: Engine, lanes: Sequence[str] = ()) -> MetricsSnapshot:
         depth: dict[tuple[str, str], int] = {}
         oldest: dict[str, float] = {}
         for lane in lanes:
-            counts = dict(s.execute(depth_query(lane)).tuples().all())
+            counts: dict[str, int] = {st: n for st, n in s.execute(depth_query(lane))}
             for state in DEPTH_STATES:
                 depth[(lane, state)] = int(counts.get(state, 0))
             first = s.execute(oldest_queued_query(lane)).scalar_one()
