@@ -8,13 +8,15 @@ sweeper finds the ``queued`` item whose message Redis does not hold and publishe
 from __future__ import annotations
 
 import math
+import os
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from itertools import zip_longest
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, Select, select, text, update
+from sqlalchemy import Connection, Engine, Select, bindparam, case, func, literal_column, select, text, update
 from sqlalchemy.orm import Session
 
 from store.lanes import LaneSpec
@@ -25,13 +27,11 @@ from .events import emit_many
 from .lane_control import lane_paused
 from .models import PENDING, QUEUED, Item, Job
 from .statements import (
-    JOB_DISPATCHABLE,
     event_sql,
     mark_queued_sql,
     message_items_sql,
     next_pending_job_sql,
     pending_of_job_sql,
-    queued_count_sql,
 )
 
 DISPATCH_LOCK_BASE = 0x64697370000  # "disp" + lane index
@@ -44,6 +44,7 @@ class Publish:
     lane: str
     age: float = 0.0  # seconds since it was queued (for stale ones)
     group: int | None = None  # the message it shares with the dispatch's other items of this group
+    interactive: bool = False  # its message goes to the lane's interactive queue (``is_interactive``)
 
     @property
     def message_id(self) -> str:
@@ -150,21 +151,76 @@ def _lane_lock(conn: Connection, lane: str) -> bool:
 _TRY_LANE_LOCK = text("SELECT pg_try_advisory_xact_lock(:k)")
 
 
+# -- priority ---------------------------------------------------------------------------------------
+# A job is interactive when it was submitted so (``jobs.priority``), or, submitted without a priority,
+# when it has at most ``interactive_photos()`` photos: a one-photo upload goes first without anyone
+# asking. Its items travel in the lane's interactive queue (``LaneSpec.interactive_queue``), bounded
+# apart from the lane's (``interactive_bound``), consumed by an actor of a higher Dramatiq priority:
+# they wait neither behind the lane's Redis backlog nor behind the workers' prefetched messages.
+INTERACTIVE = "interactive"
+NORMAL = "normal"
+PRIORITIES = (INTERACTIVE, NORMAL)
+INTERACTIVE_PHOTOS_ENV = "PHOTOJOBS_INTERACTIVE_PHOTOS"
+INTERACTIVE_PHOTOS = 16
+INTERACTIVE_BOUND_MIN = 16
+
+
+def interactive_photos(env: Mapping[str, str] | None = None) -> int:
+    """The most photos a job submitted without a priority may have to be interactive
+    (``PHOTOJOBS_INTERACTIVE_PHOTOS``, default 16; 0: only an explicit priority)."""
+    raw = (os.environ if env is None else env).get(INTERACTIVE_PHOTOS_ENV, "")
+    try:
+        return max(0, int(raw)) if raw.strip() else INTERACTIVE_PHOTOS
+    except ValueError:
+        return INTERACTIVE_PHOTOS
+
+
+def is_interactive_sql(limit: int) -> Any:
+    """The rule, as an SQL expression on ``jobs`` (1 interactive, 0 not): the one place it is written.
+    ``limit``: ``interactive_photos()``."""
+    one, zero = literal_column("1"), literal_column("0")  # constants in the text: GROUP BY repeats it
+    return case(
+        (Job.priority == literal_column(f"'{INTERACTIVE}'"), one),
+        (Job.priority.is_(None) & (Job.photos <= literal_column(str(int(limit)))), one),
+        else_=zero,
+    )
+
+
+def interactive_bound(spec: LaneSpec) -> int:
+    """Most messages of the lane's interactive queue in Redis: two per thread of the fleet for the
+    lane, at least ``INTERACTIVE_BOUND_MIN`` (a small job's retries each travel alone)."""
+    return max(INTERACTIVE_BOUND_MIN, 2 * spec.threads * spec.fleet_processes)
+
+
 # Per lane, the last job served first by this process's dispatcher: the next call starts after it,
 # so with more jobs than room every job gets its turn (round-robin across calls).
 _last_first_job: dict[str, int] = {}
 JOB_SCAN_EXTRA = 64  # jobs passed over (paused, cancelled, submitting) before a call gives up looking
 
 
-def _jobs_with_pending(conn: Connection, lane: str, want: int) -> list[int]:
-    """Up to ``want`` dispatchable job ids with pending items, starting after the last one served,
-    wrapping around. Each step is an index seek, so the cost follows the jobs looked at, not the
-    number of pending items (a ``DISTINCT job_id`` over them read every one)."""
+@cache
+def _job_dispatchable(limit: int) -> Select[Any]:
+    return select(Job.control, Job.submitting, is_interactive_sql(limit).label("interactive")).where(
+        Job.id == bindparam("job_id")
+    )
+
+
+def _jobs_with_pending(
+    conn: Connection, lane: str, want: int, want_interactive: int, limit: int
+) -> tuple[list[int], list[int]]:
+    """Dispatchable job ids with pending items, starting after the last one served, wrapping around:
+    up to ``want`` normal ones and ``want_interactive`` interactive ones. Each step is an index seek,
+    so the cost follows the jobs looked at, not the number of pending items (a ``DISTINCT job_id``
+    over them read every one)."""
     start = _last_first_job.get(lane, 0)
     next_job = next_pending_job_sql(conn.dialect.name)
+    job_info = _job_dispatchable(limit)
     found: list[int] = []
+    urgent: list[int] = []
     after, wrapped, looked = start, False, 0
-    while len(found) < want and looked < want + JOB_SCAN_EXTRA:
+    while (
+        len(found) < want or len(urgent) < want_interactive
+    ) and looked < want + want_interactive + JOB_SCAN_EXTRA:
         row = conn.execute(next_job, {"lane": lane, "after": after}).first()
         job_id = row.job_id if row is not None and row.lane == lane and row.state == PENDING else None
         if job_id is None:
@@ -176,10 +232,47 @@ def _jobs_with_pending(conn: Connection, lane: str, want: int) -> list[int]:
             break
         looked += 1
         after = job_id
-        job = conn.execute(JOB_DISPATCHABLE, {"job_id": job_id}).one()
-        if job.control is None and not job.submitting:
+        job = conn.execute(job_info, {"job_id": job_id}).one()
+        if job.control is not None or job.submitting:
+            continue
+        if job.interactive:
+            if len(urgent) < want_interactive:
+                urgent.append(job_id)
+        elif len(found) < want:
             found.append(job_id)
-    return found
+    return found, urgent
+
+
+@cache
+def _queued_by_class(limit: int) -> Select[Any]:
+    """The lane's queued items and the messages they travel in (each item a 1/message_items share of
+    its message), normal and interactive apart: a range of ``ix_items_dispatch`` (at most the lane's
+    bounds) joined to its jobs by primary key."""
+    interactive = is_interactive_sql(limit).label("interactive")
+    return (
+        select(
+            interactive,
+            func.count().label("items"),
+            func.coalesce(func.sum(1.0 / func.coalesce(Item.message_items, 1)), 0).label("messages"),
+        )
+        .join(Job, Job.id == Item.job_id)
+        .where(Item.lane == bindparam("lane"), Item.state == QUEUED)
+        .group_by(interactive)
+    )
+
+
+def _pick(
+    conn: Connection, spec: LaneSpec, job_ids: list[int], room: int, message_room: int
+) -> list[list[Any]]:
+    """The pending items to queue from ``job_ids`` (a fair share each, a batch at least), planned
+    into at most ``message_room`` messages of at most ``room`` items."""
+    if not job_ids or room <= 0 or message_room <= 0:
+        return []
+    ready = pending_of_job_sql(conn.dialect.name)
+    share = min(room, max(spec.effective_batch, -(-room // len(job_ids))))
+    per_job = [conn.execute(ready, {"lane": spec.name, "job_id": j, "limit": share}).all() for j in job_ids]
+    picked = [r for group in zip_longest(*per_job) for r in group if r is not None][:room]
+    return _plan(picked, spec, message_room)
 
 
 def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = None) -> list[Publish]:
@@ -189,49 +282,58 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
     grouped into their messages (``Publish.group``, ``plan_messages``); each queued item records
     its message's size (``message_items``), so the next dispatch counts the messages in Redis.
 
+    Interactive jobs (``is_interactive_sql``) have a bound of their own (``interactive_bound``
+    messages) and their items come back ``Publish.interactive``: they go to the lane's interactive
+    queue, so a full lane never holds them back.
+
     Jobs that are paused, cancelled or still being submitted are passed over; a paused lane
-    (``store.lane_control``) gets nothing. The statements are the prebuilt ones of
+    (``store.lane_control``) gets nothing. The hot statements are the prebuilt ones of
     ``store.statements`` (no expression building per call).
     """
     bound = spec.item_bound if bound is None else bound
     lane = spec.name
+    limit = interactive_photos()
     with engine.begin() as conn:
         dialect = conn.dialect.name
         if not _lane_lock(conn, lane):
             return []  # another dispatcher of this lane is at work right now
         if lane_paused(conn, lane):
             return []  # resumed, the next top-up dispatches its pending items
-        queued = conn.execute(queued_count_sql(dialect), {"lane": lane}).one()
+        counts = {bool(r.interactive): r for r in conn.execute(_queued_by_class(limit), {"lane": lane})}
         # Each queued item is a 1/message_items share of its message (rounding noise aside).
-        message_room = spec.effective_bound - math.ceil(float(queued.messages) - 1e-6)
-        room = min(bound - queued.items, message_room * spec.effective_batch)
-        if room <= 0 or message_room <= 0:
+        items, messages = _counts(counts.get(False))
+        message_room = spec.effective_bound - math.ceil(messages - 1e-6)
+        room = min(bound - items, message_room * spec.effective_batch)
+        _, urgent_messages = _counts(counts.get(True))
+        urgent_message_room = interactive_bound(spec) - math.ceil(urgent_messages - 1e-6)
+        urgent_room = urgent_message_room * spec.effective_batch
+        if min(room, message_room) <= 0 and urgent_message_room <= 0:
             return []
-        job_ids = _jobs_with_pending(conn, lane, min(room, spec.effective_bound))
-        if not job_ids:
+        want = max(0, min(room, message_room, spec.effective_bound))
+        job_ids, urgent_ids = _jobs_with_pending(conn, lane, want, max(0, urgent_message_room), limit)
+        if not job_ids and not urgent_ids:
             return []
-        _last_first_job[lane] = job_ids[0]
-        ready = pending_of_job_sql(dialect)
-        # A fair share per job (a batch at least), not the whole room from each of them.
-        share = min(room, max(spec.effective_batch, -(-room // len(job_ids))))
-        per_job = [conn.execute(ready, {"lane": lane, "job_id": j, "limit": share}).all() for j in job_ids]
-        picked = [r for group in zip_longest(*per_job) for r in group if r is not None][:room]
-        messages = _plan(picked, spec, message_room)
-        picked = [r for m in messages for r in m]
+        if job_ids:
+            _last_first_job[lane] = job_ids[0]
+        normal = _pick(conn, spec, job_ids, room, message_room)
+        urgent = _pick(conn, spec, urgent_ids, urgent_room, urgent_message_room)
+        picked = [r for m in (*urgent, *normal) for r in m]
         if not picked:
             return []
         queued_ids = set(conn.execute(mark_queued_sql(dialect), {"ids": [r.id for r in picked]}).scalars())
         if len(queued_ids) < len(picked):
             # A concurrent pause/cancel took the others (PostgreSQL): plan the messages of the rest.
-            messages = _plan([r for r in picked if r.id in queued_ids], spec, message_room)
+            normal = _plan([r for m in normal for r in m if r.id in queued_ids], spec, message_room)
+            urgent = _plan([r for m in urgent for r in m if r.id in queued_ids], spec, urgent_message_room)
+        messages_out = [(m, True) for m in urgent] + [(m, False) for m in normal]
         by_size: dict[int, list[int]] = {}
-        for m in messages:
+        for m, _ in messages_out:
             if len(m) > 1:
                 by_size.setdefault(len(m), []).extend(r.id for r in m)
         for size, ids in by_size.items():
             conn.execute(message_items_sql(dialect), {"ids": ids, "n": size})
-        picked = [r for m in messages for r in m]
-        if picked:
+        rows = [(r, flag) for m, flag in messages_out for r in m]
+        if rows:
             conn.execute(
                 event_sql(dialect),
                 [
@@ -244,16 +346,20 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
                         "attempt": None,
                         "token": r.fencing_token,
                         "worker": None,
-                        "detail": None,
+                        "detail": {"priority": INTERACTIVE} if flag else None,
                     }
-                    for r in picked
+                    for r, flag in rows
                 ],
             )
     return [
-        Publish(r.id, r.fencing_token, lane, group=k if len(m) > 1 else None)
-        for k, m in enumerate(messages)
+        Publish(r.id, r.fencing_token, lane, group=k if len(m) > 1 else None, interactive=flag)
+        for k, (m, flag) in enumerate(messages_out)
         for r in m
     ]
+
+
+def _counts(row: Any) -> tuple[int, float]:
+    return (0, 0.0) if row is None else (int(row.items), float(row.messages))
 
 
 # ``items.message_items`` of a pending item whose worker died while it was claimed in a batch
@@ -288,7 +394,16 @@ def stale_queued_query(older_than: float, limit: int) -> Select[Any]:
     """The sweeper's look for lost messages: the queued range of ``ix_items_lease`` (state, …);
     queued items are at most the lanes' bounds, however many are pending."""
     return (
-        select(Item.id, Item.fencing_token, Item.lane, (db_now() - Item.queued_at).label("age"))
+        select(
+            Item.id,
+            Item.fencing_token,
+            Item.lane,
+            (db_now() - Item.queued_at).label("age"),
+            select(is_interactive_sql(interactive_photos()))
+            .where(Job.id == Item.job_id)
+            .scalar_subquery()
+            .label("interactive"),
+        )
         .where(Item.state == QUEUED, Item.queued_at < db_now() - older_than)
         .order_by(Item.queued_at)
         .limit(limit)
@@ -299,7 +414,9 @@ def stale_queued(engine: Engine, older_than: float, limit: int = 1000) -> list[P
     """``queued`` items whose message was published more than ``older_than`` seconds ago."""
     with Session(reader(engine)) as s:
         rows = s.execute(stale_queued_query(older_than, limit)).all()
-    return [Publish(r.id, r.fencing_token, r.lane, float(r.age)) for r in rows]
+    return [
+        Publish(r.id, r.fencing_token, r.lane, float(r.age), interactive=bool(r.interactive)) for r in rows
+    ]
 
 
 def mark_republished(engine: Engine, items: list[Publish], reason: str) -> list[Publish]:

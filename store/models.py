@@ -67,6 +67,8 @@ class Job(Base):
     photos: Mapped[int | None] = mapped_column(Integer, nullable=True)
     landed: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     submit_touched_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # "interactive" or "normal" as submitted; None: by its size (store.dispatch.is_interactive).
+    priority: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
     __table_args__ = (
         Index(

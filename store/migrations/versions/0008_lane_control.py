@@ -1,4 +1,4 @@
-"""lane_control: lanes paused across all jobs (issue 24)
+"""lane_control: lanes paused across all jobs, and a job's priority (issue 24)
 
 Revision ID: 0008
 Revises: 0007
@@ -28,7 +28,11 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.Float(), nullable=False),
         sa.PrimaryKeyConstraint("lane"),
     )
+    # 'interactive' or 'normal' as submitted; NULL: by its size (``store.dispatch.is_interactive``).
+    op.add_column("jobs", sa.Column("priority", sa.String(length=16), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("jobs") as batch:
+        batch.drop_column("priority")
     op.drop_table("lane_control")
