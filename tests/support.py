@@ -19,6 +19,7 @@ import redis
 from sqlalchemy import Engine, func, select, text
 from sqlalchemy.orm import Session
 
+from photojobs.api import Client
 from photojobs.cli_support import worker_command, worker_env
 from store.jobs import PhotoInput
 from store.models import Event, Item
@@ -260,6 +261,25 @@ def wait_job_done(engine: Engine, job_id: int, timeout: float = 180.0) -> int:
         states = item_states(engine, job_id)
         raise AssertionError(f"timed out after {timeout}s waiting for job {job_id} to finish: {states}")
     return job_id
+
+
+def run_job(
+    client: Client,
+    engine: Engine,
+    fleet: Fleet | None,
+    lanes: list[str],
+    folder: Path,
+    params: dict[str, str] | None = None,
+    threads: int = 2,
+    timeout: float = 180.0,
+) -> int:
+    """Submit a job of ``lanes`` over ``folder`` and wait until it is done; its id. With ``fleet``,
+    start its sweeper and one worker on ``lanes`` (else the test's workers are already running)."""
+    job = client.submit(lanes, [folder], params or {}).job_id
+    if fleet is not None:
+        fleet.start_sweeper()
+        fleet.start_worker(lanes, threads=threads)
+    return wait_job_done(engine, job, timeout)
 
 
 def photo_inputs(folder: Path, n: int, size: int = 1) -> list[PhotoInput]:

@@ -27,8 +27,7 @@ from tests.support import (
     event_counts,
     item_states,
     items_of,
-    job_done,
-    wait_for,
+    wait_job_done,
 )
 
 from .test_file_effects import all_files, store_paths_match_disk, temp_files
@@ -55,7 +54,7 @@ def test_bad_inputs_fail_clearly_and_the_rest_finish(
     # When the job runs
     fleet.start_sweeper()
     fleet.start_worker(["analysis", "rename"], threads=2)
-    wait_for(lambda: job_done(engine, job), 120, what="the job to finish")
+    wait_job_done(engine, job, 120)
     # Then each bad file failed in analysis with its own clear reason, naming the file
     with_paths = {i.id: i for i in items_of(engine, job)}
     failed = {Path(i.error.split(":")[0]).name: i.error for i in with_paths.values() if i.state == "failed"}
@@ -115,7 +114,7 @@ def test_full_pipeline_over_generated_photos(
     fleet.start_sweeper()
     fleet.start_worker(lanes, threads=3)
     fleet.start_worker(lanes, threads=3)
-    wait_for(lambda: job_done(engine, job), 300, what="the pipeline to finish")
+    wait_job_done(engine, job, 300)
     # Then every item succeeded exactly once
     assert {i.state for i in items_of(engine, job)} == {"succeeded"}
     counts = event_counts(engine, "item_succeeded", job)
@@ -145,7 +144,7 @@ def test_archive_bundle_holds_every_analysed_photo_with_a_verified_manifest(
     for _ in range(2):
         fleet.start_worker(["analysis", "archive", "exif"], threads=2)
     for job in (bundle_job, exif_job):
-        wait_for(lambda job=job: job_done(engine, job), 120, what=f"job {job} to finish")
+        wait_job_done(engine, job, 120)
     # Then one bundle holds the ten good photos (the corrupt ones failed analysis), its manifest checks out
     [bundle_item] = [i for i in items_of(engine, bundle_job) if i.lane == "archive"]
     assert bundle_item.state == "succeeded" and bundle_item.result["photos"] == 10
@@ -216,9 +215,9 @@ def test_upload_lane_to_s3_compatible_storage_is_verified_and_idempotent(
         fleet.env = env
         fleet.start_sweeper()
         fleet.start_worker(["upload"], threads=2)
-        wait_for(lambda: job_done(engine, first), 120, what="the upload job")
+        wait_job_done(engine, first, 120)
         second = client.submit(["upload"], [folder], params).job_id
-        wait_for(lambda: job_done(engine, second), 120, what="the repeated upload job")
+        wait_job_done(engine, second, 120)
         # Then every photo is in the bucket under its content-addressed key with the same bytes
         objects = s3.list_objects_v2(Bucket="photos", Prefix="backup/")["Contents"]
         assert len(objects) == 8

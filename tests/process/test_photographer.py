@@ -16,19 +16,11 @@ from photojobs.config import Settings
 from photojobs.testing import samples
 from photos.exiftool import ExifTool
 from tests import clock_photos
-from tests.support import Fleet, item_states, items_of, job_done, wait_for
+from tests.support import Fleet, item_states, items_of, run_job
 
 from .test_file_effects import all_files, store_paths_match_disk, temp_files
 
 PATTERN = "{taken:%Y-%m-%d_%H%M%S}_{stem}{ext}"
-
-
-def _finish(client: Client, engine: Engine, lanes: list[str], folder: Path, params: dict[str, str]) -> int:
-    job = client.submit(lanes, [folder], params).job_id
-    wait_for(
-        lambda: job_done(engine, job), 180, what=f"job {job} ({lanes}) to finish: {item_states(engine, job)}"
-    )
-    return job
 
 
 def _original_time(path: Path) -> str:
@@ -56,7 +48,7 @@ def test_shift_and_rename_in_one_job_name_every_photo_after_its_shifted_time(
     fleet.start_worker(["analysis", "exif", "rename"], threads=2)
     # When one job analyses them, shifts them by +1h and renames them by capture time
     params = {"exif.shift": "+1h", "rename.pattern": PATTERN}
-    job = _finish(client, engine, ["analysis", "exif", "rename"], folder, params)
+    job = run_job(client, engine, None, ["analysis", "exif", "rename"], folder, params)
     assert item_states(engine, job) == {"succeeded": len(items_of(engine, job))}, [
         (i.lane, i.error) for i in items_of(engine, job)
     ]
@@ -92,7 +84,7 @@ def test_shift_and_archive_in_one_job_file_the_photo_under_its_shifted_day(
     fleet.start_sweeper()
     fleet.start_worker(["analysis", "exif", "archive"], threads=2)
     # When one job analyses it, shifts it by +1m and archives it into dated folders
-    job = _finish(client, engine, ["analysis", "exif", "archive"], folder, {"exif.shift": "+1m"})
+    job = run_job(client, engine, None, ["analysis", "exif", "archive"], folder, {"exif.shift": "+1m"})
     assert item_states(engine, job) == {"succeeded": 3}, [(i.lane, i.error) for i in items_of(engine, job)]
     # Then it is filed under the new year's day its DateTimeOriginal now says
     (archived,) = all_files(tmp_path / "photos-archive")
@@ -122,7 +114,7 @@ def test_an_exif_only_job_leaves_a_file_that_does_not_decode_byte_identical(
     fleet.start_sweeper()
     fleet.start_worker(["exif"], threads=2)
     # When a job with only the exif lane writes keywords
-    job = _finish(client, engine, ["exif"], folder, {"exif.keywords": "kw"})
+    job = run_job(client, engine, None, ["exif"], folder, {"exif.keywords": "kw"})
     # Then the corrupt file fails with a clear error and is byte-identical, the good one is written
     states = sorted((i.state, i.error or "") for i in items_of(engine, job))
     assert [s for s, _ in states] == ["failed", "succeeded"], states

@@ -25,7 +25,7 @@ from store.models import Photo
 from tests.process.test_cli import photojobs
 from tests.process.test_run import Runs
 from tests.raw_support import make_raw, preview_jpeg
-from tests.support import AWS_TEST_ENV, Fleet, MotoServer, items_of, job_done, wait_for
+from tests.support import AWS_TEST_ENV, Fleet, MotoServer, items_of, run_job, wait_for, wait_job_done
 
 TAKEN = "2021:07:04 18:30:05"
 
@@ -46,16 +46,6 @@ def sidecar_with(path: Path, *args: str) -> Path:
 
 def fingerprint(path: Path) -> tuple[str, int]:
     return sha256_file(path), path.stat().st_mtime_ns
-
-
-def run_job(
-    client: Client, engine: Engine, fleet: Fleet, lanes: list[str], folder: Path, params: dict
-) -> int:
-    job = client.submit(lanes, [folder], params).job_id
-    fleet.start_sweeper()
-    fleet.start_worker(lanes, threads=2)
-    wait_for(lambda: job_done(engine, job), 120, what="the job to finish")
-    return job
 
 
 def results(engine: Engine, job: int, lane: str) -> dict[str, dict]:
@@ -95,7 +85,7 @@ def test_analysis_and_exif_of_raws_write_only_sidecars(
     assert submitted.photos == 4 and submitted.skipped == {"not a photo": 1, "sidecar of a raw": 1}
     fleet.start_sweeper()
     fleet.start_worker(["analysis", "exif"], threads=2)
-    wait_for(lambda: job_done(engine, submitted.job_id), 120, what="the job to finish")
+    wait_job_done(engine, submitted.job_id, 120)
     analysis = results(engine, submitted.job_id, "analysis")
     exif = results(engine, submitted.job_id, "exif")
     # Then the raws are analysed from their metadata and preview (the DNG through LibRaw)
@@ -210,7 +200,7 @@ def test_worker_killed_between_the_moves_of_a_raw_and_its_sidecar_recovers_both_
     assert (folder / "20210704_183005.nef").exists() and sidecar.exists()
     # When a healthy worker takes over
     fleet.start_worker(["rename"], threads=1)
-    wait_for(lambda: job_done(engine, job), 90, what="the job to finish")
+    wait_job_done(engine, job, 90)
     # Then both moved, exactly once, bytes unchanged, no staged file left, the store follows the raw
     assert [i.state for i in items_of(engine, job)] == ["succeeded"]
     assert names(folder) == ["20210704_183005.nef", "20210704_183005.nef.xmp"]
@@ -238,7 +228,7 @@ def test_a_cancelled_rename_killed_between_the_moves_is_settled_both_moved_by_th
     wait_for(lambda: doomed.poll() is not None, 60, what="the worker to die between the moves")
     # When the job is cancelled (no worker comes back for the item: the sweeper settles its intents)
     client.cancel(job)
-    wait_for(lambda: job_done(engine, job), 90, what="the item to stop")
+    wait_job_done(engine, job, 90)
     # Then the sweeper finished the sidecar's move instead of splitting the unit
     wait_for(lambda: names(folder) == ["20210704_183005.nef", "20210704_183005.nef.xmp"], 60,
              what="the sweeper to settle the sidecar's move")  # fmt: skip
@@ -304,13 +294,13 @@ def test_s3_upload_puts_the_sidecar_next_to_the_raw_key_and_a_bundle_holds_it(
         fleet.env = env
         fleet.start_sweeper()
         fleet.start_worker(["upload", "archive"], threads=2)
-        wait_for(lambda: job_done(engine, first), 120, what="the upload job")
+        wait_job_done(engine, first, 120)
         second = client.submit(["upload"], [folder], params).job_id
-        wait_for(lambda: job_done(engine, second), 120, what="the repeated upload job")
+        wait_job_done(engine, second, 120)
         bundle_job = client.submit(
             ["archive"], [folder], {"archive.bundle": "zip", "archive.root": str(tmp_path / "a")}
         )
-        wait_for(lambda: job_done(engine, bundle_job.job_id), 120, what="the bundle job")
+        wait_job_done(engine, bundle_job.job_id, 120)
         # Then the raw is at its content-addressed key and its sidecar at that key + .xmp, same bytes
         keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="photos", Prefix="backup/")["Contents"])
         raw_key = f"backup/{raw_sha[:2]}/{raw_sha}.rw2"
@@ -349,7 +339,7 @@ def test_a_worker_killed_writing_a_raws_sidecar_shifts_its_time_exactly_once(
     wait_for(lambda: doomed.poll() is not None, 60, what=f"the worker to die at exif.{boundary}")
     # When a healthy worker takes over
     fleet.start_worker(["exif"], threads=1)
-    wait_for(lambda: job_done(engine, job), 90, what="the job to finish")
+    wait_job_done(engine, job, 90)
     # Then the sidecar was shifted once, its keyword kept and the new one added, the raw untouched
     assert [i.state for i in items_of(engine, job)] == ["succeeded"]
     meta = read_sidecar(folder / "IMG_0001.NEF.xmp")
