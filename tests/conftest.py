@@ -86,6 +86,14 @@ def lock_order(lockdep_dir: str | None) -> Iterator[None]:
         pytest.fail(f"{len(failing)} lock-order violation(s):\n{shown}{more}", pytrace=False)
 
 
+@pytest.fixture
+def photos(tmp_path: Path) -> Path:
+    """An empty photo root ``tmp_path/photos`` (a test module may define its own ``photos``)."""
+    root = tmp_path / "photos"
+    root.mkdir()
+    return root
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     server = RedisServer(tmp_path_factory.mktemp("redis"))

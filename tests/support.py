@@ -311,6 +311,18 @@ def make_files(folder: Path, n: int, prefix: str = "f") -> list[Path]:
     return out
 
 
+def photojobs(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m photojobs ARGS`` with ``env``: its exit status and output (text)."""
+    return subprocess.run(
+        [sys.executable, "-m", "photojobs", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 class MotoServer:
     """moto's S3-compatible server in its own process on 127.0.0.1 (a real HTTP endpoint)."""
 

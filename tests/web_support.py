@@ -19,6 +19,7 @@ import httpx
 from tests.support import ROOT, free_port, wait_for
 
 TOKEN = "test-token-0123456789"
+FINAL = {"succeeded", "failed", "partial", "cancelled"}  # a job's terminal states in the API
 
 
 class WebServer:
@@ -89,6 +90,16 @@ class WebServer:
     def client(self, token: str | None = TOKEN) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+
+def wait_job(http: httpx.Client, job: int, states: set[str] = FINAL, timeout: float = 120) -> dict[str, Any]:
+    """Poll ``GET /api/jobs/{job}`` until the job is in one of ``states``; its status."""
+
+    def done() -> dict[str, Any] | None:
+        st = http.get(f"/api/jobs/{job}").json()
+        return st if st["state"] in states else None
+
+    return wait_for(done, timeout, 0.2, what=f"job {job} in {states}")
 
 
 @dataclass

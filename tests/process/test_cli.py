@@ -4,26 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT, Fleet, make_files, wait_for
+from tests.support import Fleet, make_files, photojobs, wait_for
 
 EVENT_KEYS = {"cursor", "job", "item", "photo", "lane", "type", "attempt", "token", "worker", "at", "detail"}
-
-
-def photojobs(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "photojobs", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def test_submit_status_events_and_control_speak_json(env: dict[str, str], tmp_path: Path) -> None:

@@ -7,8 +7,7 @@ from pathlib import Path
 
 from photojobs.api import Client
 from photojobs.config import Settings
-from tests.process.test_cli import photojobs
-from tests.support import Fleet, make_files, wait_for
+from tests.support import Fleet, make_files, photojobs, wait_for
 
 
 def test_jobs_items_retry_and_prune(env: dict[str, str], fleet: Fleet, tmp_path: Path) -> None:

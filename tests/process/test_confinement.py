@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,18 +14,10 @@ import httpx
 import pytest
 
 from photojobs.testing.samples import generate_samples
-from tests.support import AWS_TEST_ENV, ROOT, Fleet, MotoServer, make_files, wait_for
-from tests.web_support import WebServer
+from tests.support import AWS_TEST_ENV, Fleet, MotoServer, make_files, photojobs
+from tests.web_support import WebServer, wait_job
 
-FINAL = {"succeeded", "failed", "partial", "cancelled"}
 SECRET = b"TOPSECRET-PASSWORD=hunter2\n" * 4
-
-
-@pytest.fixture
-def photos(tmp_path: Path) -> Path:
-    root = tmp_path / "photos"
-    root.mkdir()
-    return root
 
 
 @pytest.fixture
@@ -52,14 +42,6 @@ def serve(env: dict[str, str], tmp_path: Path, photos: Path) -> Iterator[Any]:
     yield start
     for srv in servers:
         srv.stop()
-
-
-def wait_job(http: httpx.Client, job: int, timeout: float = 120) -> dict[str, Any]:
-    def done() -> dict[str, Any] | None:
-        st = http.get(f"/api/jobs/{job}").json()
-        return st if st["state"] in FINAL else None
-
-    return wait_for(done, timeout, 0.2, what=f"job {job} finished")
 
 
 def job_ids(http: httpx.Client) -> list[int]:
@@ -333,16 +315,6 @@ def test_a_destination_swapped_for_a_symlink_after_submission_is_refused_at_use(
     for photo, digest in originals.values():
         assert photo.is_file() and not photo.is_symlink() and sha(photo) == digest
 
-
-def photojobs(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "photojobs", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def test_the_cli_with_roots_configured_refuses_an_outside_destination_with_one_line_and_64(

@@ -22,10 +22,18 @@ from photojobs.config import Settings
 from photos.fileops import sha256_file
 from photos.sidecar import read_sidecar
 from store.models import Photo
-from tests.process.test_cli import photojobs
 from tests.process.test_run import Runs
 from tests.raw_support import make_raw, preview_jpeg
-from tests.support import AWS_TEST_ENV, Fleet, MotoServer, items_of, run_job, wait_for, wait_job_done
+from tests.support import (
+    AWS_TEST_ENV,
+    Fleet,
+    MotoServer,
+    items_of,
+    photojobs,
+    run_job,
+    wait_for,
+    wait_job_done,
+)
 
 TAKEN = "2021:07:04 18:30:05"
 

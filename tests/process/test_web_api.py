@@ -13,17 +13,8 @@ import pytest
 from sqlalchemy import Engine
 
 from store.events import read_events
-from tests.support import Fleet, make_files, wait_for
-from tests.web_support import TOKEN, SseMessage, WebServer, sse_messages
-
-FINAL = {"succeeded", "failed", "partial", "cancelled"}
-
-
-@pytest.fixture
-def photos(tmp_path: Path) -> Path:
-    root = tmp_path / "photos"
-    root.mkdir()
-    return root
+from tests.support import Fleet, make_files, photojobs, wait_for
+from tests.web_support import TOKEN, SseMessage, WebServer, sse_messages, wait_job
 
 
 @pytest.fixture
@@ -39,14 +30,6 @@ def server(env: dict[str, str], tmp_path: Path, photos: Path) -> Iterator[WebSer
     srv.start()
     yield srv
     srv.stop()
-
-
-def wait_job(http: httpx.Client, job: int, states: set[str] = FINAL, timeout: float = 120) -> dict[str, Any]:
-    def done() -> dict[str, Any] | None:
-        st = http.get(f"/api/jobs/{job}").json()
-        return st if st["state"] in states else None
-
-    return wait_for(done, timeout, 0.2, what=f"job {job} in {states}")
 
 
 def test_every_status_code_of_the_api(server: WebServer, fleet: Fleet, photos: Path) -> None:
@@ -308,7 +291,6 @@ def test_prune_through_the_api_and_cli_parity(
     wait_job(http, job)
     before = _events(http, job)
     # When `photojobs jobs --json` and `items` read the same store
-    from tests.process.test_cli import photojobs
 
     listed = json.loads(photojobs(env, "jobs", "--json").stdout)
     api_listed = http.get("/api/jobs").json()
