@@ -22,15 +22,14 @@ from store.items import WAITING_ALONE
 from store.lanes import lane_spec
 from store.models import Item
 from store.sweeper import revoke_expired
-from tests.support import events_of, item_row, items_of, wait_for
+from tests.support import events_of, item_row, items_of, photo_inputs, wait_for
 
 # One thread in a one-process fleet: a dispatch of a job's first attempts is one batch message.
 NOOP = replace(lane_spec("noop", env={}), max_attempts=2, threads=1, fleet_processes=1, batch=16)
 
 
 def submit(engine: Engine, tmp_path: Path, n: int) -> int:
-    photos = [store_jobs.PhotoInput(str(tmp_path / f"p{i}.jpg"), 1) for i in range(n)]
-    return store_jobs.submit(engine, [NOOP], photos).job_id
+    return store_jobs.submit(engine, [NOOP], photo_inputs(tmp_path, n)).job_id
 
 
 def expire_all(engine: Engine) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, select, text, update
+from sqlalchemy import Engine, event, select, update
 from sqlalchemy.orm import Session
 
 from store import items as store_items
@@ -26,7 +26,7 @@ from store.intents import item_intents, record, set_photo_hash, settle_orphans
 from store.lanes import lane_spec
 from store.models import Event, Item, Photo, PhotoLock
 from store.sweeper import revoke_expired
-from tests.support import wait_for
+from tests.support import photo_inputs, wait_for, waiting_for_a_lock
 
 NOOP = lane_spec("noop", env={})
 RENAME = lane_spec("rename", env={})
@@ -59,10 +59,6 @@ def table_order_violations(folder: Path) -> list[str]:
     ]
 
 
-def _photos(tmp_path: Path, n: int) -> list[store_jobs.PhotoInput]:
-    return [store_jobs.PhotoInput(str(tmp_path / f"p{i}.jpg"), 1) for i in range(n)]
-
-
 def _items_at(engine: Engine, job_id: int, position: int) -> list[Item]:
     with Session(engine) as s:
         return list(
@@ -93,7 +89,7 @@ def test_a_middle_lane_succeed_with_its_photo_hash_locks_in_the_global_order(
     its photo's hash; then no row was locked against the order (the old finish made the exif item
     ready after its photo and photo-lock rows), the exif item is ready after the success."""
     engine, folder = checked
-    job = store_jobs.submit(engine, [ANALYSIS, EXIF], _photos(tmp_path, 1)).job_id
+    job = store_jobs.submit(engine, [ANALYSIS, EXIF], photo_inputs(tmp_path, 1)).job_id
     [first] = _items_at(engine, job, 0)
     lease = _claimed(engine, ANALYSIS, first)
     with fenced(engine, lease.item_id, lease.token, worker="w", what="succeed") as s:
@@ -113,7 +109,7 @@ def test_the_last_item_before_a_bundle_releases_it_in_the_global_order(
     after the other; then no row was locked against the order (the old finish locked the bundle
     after its photo-lock rows) and the bundle is ready once, after the second success."""
     engine, folder = checked
-    photos = _photos(tmp_path, 2)
+    photos = photo_inputs(tmp_path, 2)
     job = store_jobs.submit(engine, [ANALYSIS, ARCHIVE], photos, bundle_lanes=["archive"]).job_id
     analysed = _items_at(engine, job, 0)
     leases = [_claimed(engine, ANALYSIS, item) for item in analysed]
@@ -135,7 +131,7 @@ def test_a_failure_for_good_skips_the_next_lanes_in_the_global_order(
     row was locked against the order (the old failure skipped the exif item after dropping its
     photo-lock rows), the exif item is skipped after the failure and no lock row is left."""
     engine, folder = checked
-    job = store_jobs.submit(engine, [ANALYSIS, EXIF], _photos(tmp_path, 1)).job_id
+    job = store_jobs.submit(engine, [ANALYSIS, EXIF], photo_inputs(tmp_path, 1)).job_id
     [first] = _items_at(engine, job, 0)
     lease = _claimed(engine, ANALYSIS, first)
     with fenced(engine, lease.item_id, lease.token, worker="w", what="fail") as s:
@@ -157,7 +153,7 @@ def test_a_batch_finish_of_a_middle_lane_locks_in_the_global_order(
     batch finish made the exif items ready after the photos it had locked) and both exif items
     are ready."""
     engine, folder = checked
-    job = store_jobs.submit(engine, [ANALYSIS, EXIF], _photos(tmp_path, 2)).job_id
+    job = store_jobs.submit(engine, [ANALYSIS, EXIF], photo_inputs(tmp_path, 2)).job_id
     analysed = _items_at(engine, job, 0)
     request = store_items.lane_lock_request(ANALYSIS)
     outcomes = store_items.claim_batch(
@@ -182,7 +178,7 @@ def test_a_sweeper_quarantine_skips_the_next_lanes_in_the_global_order(
     them; then no row was locked against the order (the old pass skipped an item's successors
     after dropping photo-lock rows), both exif items are skipped and no lock row is left."""
     engine, folder = checked
-    job = store_jobs.submit(engine, [ANALYSIS, EXIF], _photos(tmp_path, 2)).job_id
+    job = store_jobs.submit(engine, [ANALYSIS, EXIF], photo_inputs(tmp_path, 2)).job_id
     analysed = _items_at(engine, job, 0)
     for item in analysed:
         _claimed(engine, ONE_ATTEMPT, item)
@@ -287,19 +283,7 @@ def test_settle_orphans_does_not_deadlock_with_a_bundle_claim_over_the_same_phot
         sweeper.start()
         wait_for(paused.is_set, what="the sweeper to lock a photo row")
         claimer.start()
-        with engine.connect() as monitor:
-
-            def claim_waits() -> bool:
-                waiting = monitor.execute(
-                    text(
-                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                        " AND wait_event_type = 'Lock'"
-                    )
-                ).scalar_one()
-                monitor.rollback()
-                return bool(waiting)
-
-            wait_for(claim_waits, what="the bundle claim to wait for a photo row lock")
+        wait_for(lambda: waiting_for_a_lock(engine), what="the bundle claim to wait for a photo row lock")
         go.set()
         sweeper.join(60)
         claimer.join(60)
@@ -334,7 +318,7 @@ def test_a_fenced_photo_write_locks_its_item_first(checked: tuple[Engine, Path],
     from store.errors import StaleLease
 
     engine, folder = checked
-    job = store_jobs.submit(engine, [ANALYSIS], _photos(tmp_path, 1)).job_id
+    job = store_jobs.submit(engine, [ANALYSIS], photo_inputs(tmp_path, 1)).job_id
     [item] = _items_at(engine, job, 0)
     lease = _claimed(engine, ANALYSIS, item)
     assert lease.photo_id is not None
@@ -367,7 +351,7 @@ def test_a_sweeper_revocation_does_not_deadlock_with_a_batch_finish_before_a_bun
     sweeper_engine = make_engine(pg_url)
     paused, go = threading.Event(), threading.Event()
     try:
-        photos = _photos(tmp_path, 2)
+        photos = photo_inputs(tmp_path, 2)
         job = store_jobs.submit(engine, [ANALYSIS, ARCHIVE], photos, bundle_lanes=["archive"]).job_id
         analysed = _items_at(engine, job, 0)
         [bundle] = _items_at(engine, job, 1)
@@ -409,19 +393,7 @@ def test_a_sweeper_revocation_does_not_deadlock_with_a_batch_finish_before_a_bun
         sweeper.start()
         wait_for(paused.is_set, what="the sweeper to lock the expired items")
         finisher.start()
-        with engine.connect() as monitor:
-
-            def finish_waits() -> bool:
-                waiting = monitor.execute(
-                    text(
-                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                        " AND wait_event_type = 'Lock'"
-                    )
-                ).scalar_one()
-                monitor.rollback()
-                return bool(waiting)
-
-            wait_for(finish_waits, what="the batch finish to wait for a row lock")
+        wait_for(lambda: waiting_for_a_lock(engine), what="the batch finish to wait for a row lock")
         go.set()
         sweeper.join(60)
         finisher.join(60)

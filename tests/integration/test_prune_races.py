@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, event, insert, select, text, update
+from sqlalchemy import Engine, event, insert, select, update
 from sqlalchemy.orm import Session
 
 from store import jobs as store_jobs
@@ -21,7 +21,7 @@ from store.lanes import all_lanes
 from store.models import Event, Intent, Item, Job, PhotoLock
 from store.retention import prune
 from store.retry import retry
-from tests.support import wait_for
+from tests.support import wait_for, waiting_for_a_lock
 
 RETRY_EVENTS = ("item_retried", "job_retried")
 
@@ -83,18 +83,6 @@ def _events_of_missing_jobs(engine: Engine) -> list[tuple[str, int | None]]:
     return [(r.type, r.job_id) for r in rows]
 
 
-def _waiting_for_a_lock(engine: Engine) -> bool:
-    with engine.connect() as c:
-        return bool(
-            c.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                )
-            ).scalar_one()
-        )
-
-
 class Other:
     """The competing operation, run in a thread: its result or its error."""
 
@@ -143,7 +131,7 @@ def _start_and_wait(other: Other, admin: Engine) -> None:
     part of its life overlaps the holder's)."""
     other.thread.start()
     if admin.dialect.name == "postgresql":
-        wait_for(lambda: other.done() or _waiting_for_a_lock(admin), 30, what="the other side to end or wait")
+        wait_for(lambda: other.done() or waiting_for_a_lock(admin), 30, what="the other side to end or wait")
     else:
         wait_for(lambda: other.done() or other.began.is_set(), 30, what="the other side to begin")
 

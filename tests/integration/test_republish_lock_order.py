@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from sqlalchemy import Engine, select, text, update
+from sqlalchemy import Engine, select, update
 
 from store import jobs as store_jobs
 from store.dispatch import mark_republished, take_for_dispatch
@@ -16,21 +16,9 @@ from store.engine import make_engine
 from store.items import claim_failed
 from store.lanes import lane_spec
 from store.models import Item, Job
-from tests.support import wait_for
+from tests.support import photo_inputs, wait_for, waiting_for_a_lock
 
 NOOP = lane_spec("noop", env={})
-
-
-def _waiting_for_a_lock(engine: Engine) -> int:
-    with engine.connect() as c:
-        return int(
-            c.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                )
-            ).scalar_one()
-        )
 
 
 def race_with_a_cancel(
@@ -54,7 +42,7 @@ def race_with_a_cancel(
 
     worker = threading.Thread(target=run)
     worker.start()
-    wait_for(lambda: _waiting_for_a_lock(engine) >= 1, 30, what="the action to wait for a lock")
+    wait_for(lambda: waiting_for_a_lock(engine) >= 1, 30, what="the action to wait for a lock")
     cancel_error = None
     try:
         cancel.execute(update(Item).where(Item.id == then).values(updated_at=Item.updated_at))
@@ -74,7 +62,7 @@ def test_republish_waits_for_a_cancel_holding_the_job_instead_of_deadlocking(
     try:
         # Given a job with two queued items A < B, and a cancel-like transaction that holds the job
         # row (FOR UPDATE) and has already updated B
-        photos = [store_jobs.PhotoInput(str(tmp_path / f"p{i}.jpg"), 1) for i in range(2)]
+        photos = photo_inputs(tmp_path, 2)
         job = store_jobs.submit(engine, [NOOP], photos).job_id
         a, b = sorted(take_for_dispatch(engine, NOOP), key=lambda p: p.item_id)
         # When the sweeper re-publishes A and B meanwhile (it has to wait for the cancel), and the
