@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from middleware.context import ItemContext, Stopped
 from middleware.lease import LeaseMiddleware
+from store import control as store_control
 from store import items as store_items
 from store import jobs as store_jobs
 from store.dispatch import take_for_dispatch
@@ -87,10 +88,10 @@ _CONTROLS = {
 def _open_control(engine: Engine, job: int, control: str | None) -> Session:
     """The user's cancel / pause / resume (control None) of ``job`` in flight: locks taken, no commit."""
     from_states, to, event, why, request = _CONTROLS[control]
-    s, row = store_jobs._control(engine, job)
+    s, row = store_control._control(engine, job)
     row.control = control
     s.flush()
-    n = store_jobs._set_items(s, job, from_states, to, event, why)
+    n = store_control._set_items(s, job, from_states, to, event, why)
     emit(s, request, job_id=job, detail={"items": n})
     return s
 

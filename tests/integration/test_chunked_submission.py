@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from store import items as store_items
 from store import jobs as store_jobs
+from store import submission as store_submission
 from store.dispatch import take_for_dispatch
 from store.errors import BacklogFull
 from store.events import read_events
@@ -39,16 +40,16 @@ def test_large_submission_commits_in_bounded_chunks(
     engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given chunks of at most 300 photos
-    monkeypatch.setattr(store_jobs, "CHUNK_FIRST", 300)
-    monkeypatch.setattr(store_jobs, "CHUNK_MAX", 300)
+    monkeypatch.setattr(store_submission, "CHUNK_FIRST", 300)
+    monkeypatch.setattr(store_submission, "CHUNK_MAX", 300)
     sizes: list[int] = []
-    land = store_jobs._land_chunk
+    land = store_submission._land_chunk
 
     def spy(engine, job_id, lanes, chunk, *args):  # type: ignore[no-untyped-def]
         sizes.append(len(chunk))
         return land(engine, job_id, lanes, chunk, *args)
 
-    monkeypatch.setattr(store_jobs, "_land_chunk", spy)
+    monkeypatch.setattr(store_submission, "_land_chunk", spy)
     # When 2,000 photos are submitted over two lanes
     result, commits = commits_during(
         engine, lambda: store_jobs.submit(engine, [NOOP, lane_spec("exif", env={})], photos(tmp_path, 2000))
@@ -70,9 +71,9 @@ def test_a_crashed_submission_stays_submitting_is_not_dispatched_and_can_be_canc
     engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a submitter that dies after its first chunk
-    monkeypatch.setattr(store_jobs, "CHUNK_FIRST", 100)
-    monkeypatch.setattr(store_jobs, "CHUNK_MAX", 100)
-    land = store_jobs._land_chunk
+    monkeypatch.setattr(store_submission, "CHUNK_FIRST", 100)
+    monkeypatch.setattr(store_submission, "CHUNK_MAX", 100)
+    land = store_submission._land_chunk
     calls = []
 
     def dies_on_second(*args):  # type: ignore[no-untyped-def]
@@ -81,7 +82,7 @@ def test_a_crashed_submission_stays_submitting_is_not_dispatched_and_can_be_canc
             raise KeyboardInterrupt("submitter killed")
         return land(*args)
 
-    monkeypatch.setattr(store_jobs, "_land_chunk", dies_on_second)
+    monkeypatch.setattr(store_submission, "_land_chunk", dies_on_second)
     inputs = photos(tmp_path, 500)
     fp = store_jobs.job_fingerprint(["noop"], [p.path for p in inputs], {})
     with pytest.raises(KeyboardInterrupt):
@@ -111,9 +112,9 @@ def test_cancel_during_submission_stops_it(
     engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a submission in chunks of 100, cancelled after its second chunk
-    monkeypatch.setattr(store_jobs, "CHUNK_FIRST", 100)
-    monkeypatch.setattr(store_jobs, "CHUNK_MAX", 100)
-    land = store_jobs._land_chunk
+    monkeypatch.setattr(store_submission, "CHUNK_FIRST", 100)
+    monkeypatch.setattr(store_submission, "CHUNK_MAX", 100)
+    land = store_submission._land_chunk
     calls = []
 
     def cancel_after_two(engine, job_id, *args):  # type: ignore[no-untyped-def]
@@ -122,7 +123,7 @@ def test_cancel_during_submission_stops_it(
             store_jobs.cancel(engine, job_id)
         return land(engine, job_id, *args)
 
-    monkeypatch.setattr(store_jobs, "_land_chunk", cancel_after_two)
+    monkeypatch.setattr(store_submission, "_land_chunk", cancel_after_two)
     # When it goes on / Then it stops with a clear error, writing nothing more
     with pytest.raises(store_jobs.SubmissionCancelled, match="cancelled while it was being submitted"):
         store_jobs.submit(engine, [NOOP], photos(tmp_path, 1000))

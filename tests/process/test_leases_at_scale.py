@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 from photojobs.api import Client
 from photojobs.config import Settings
 from store import jobs as store_jobs
+from store import submission as store_submission
 from store.engine import make_engine
 from store.lanes import lane_spec
 from store.schema import upgrade
@@ -31,7 +32,7 @@ def test_200k_photo_submission_on_sqlite_costs_no_lease(
     fleet = Fleet(env, tmp_path / "logs")
     client = Client(Settings.from_env(env), engine=engine)
     chunk_seconds: list[float] = []
-    land = store_jobs._land_chunk
+    land = store_submission._land_chunk
 
     def timed_chunk(*args):  # type: ignore[no-untyped-def]
         t0 = time.perf_counter()
@@ -40,7 +41,7 @@ def test_200k_photo_submission_on_sqlite_costs_no_lease(
         finally:
             chunk_seconds.append(time.perf_counter() - t0)
 
-    monkeypatch.setattr(store_jobs, "_land_chunk", timed_chunk)
+    monkeypatch.setattr(store_submission, "_land_chunk", timed_chunk)
     try:
         make_files(tmp_path / "one", 1)
         holder = client.submit(["noop"], [tmp_path / "one"], {"noop.sleep": "3600"}).job_id

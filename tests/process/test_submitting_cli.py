@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import Engine
 
 from store import jobs as store_jobs
+from store import submission as store_submission
 from store.lanes import lane_spec
 from tests.support import ROOT
 
@@ -31,9 +32,9 @@ def test_status_shows_a_stalled_submission_and_cancel_ends_it(
     engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a submitter killed after two chunks of 100 photos out of 1,000
-    monkeypatch.setattr(store_jobs, "CHUNK_FIRST", 100)
-    monkeypatch.setattr(store_jobs, "CHUNK_MAX", 100)
-    land = store_jobs._land_chunk
+    monkeypatch.setattr(store_submission, "CHUNK_FIRST", 100)
+    monkeypatch.setattr(store_submission, "CHUNK_MAX", 100)
+    land = store_submission._land_chunk
     calls = []
 
     def dies(*args):  # type: ignore[no-untyped-def]
@@ -42,7 +43,7 @@ def test_status_shows_a_stalled_submission_and_cancel_ends_it(
             raise KeyboardInterrupt("submitter killed")
         return land(*args)
 
-    monkeypatch.setattr(store_jobs, "_land_chunk", dies)
+    monkeypatch.setattr(store_submission, "_land_chunk", dies)
     with pytest.raises(KeyboardInterrupt):
         store_jobs.submit(
             engine, [lane_spec("noop", env={})], [store_jobs.PhotoInput(f"/x/p{i}.jpg") for i in range(1000)]

@@ -181,16 +181,16 @@ def test_a_chained_claim_that_raises_leaves_the_finish_whole(
 ) -> None:
     # Given two dispatched items, and a claim that raises whenever it runs inside a savepoint
     # (the chained claim; the message's own claim runs in a transaction of its own)
-    from store import items as store_items
+    from store import claims as store_claims
 
-    real = store_items._claim_in
+    real = store_claims._claim_in
 
     def broken(conn: Any, *args: Any) -> Any:
         if conn.in_nested_transaction():
             raise RuntimeError("chained claim broken for the test")
         return real(conn, *args)
 
-    monkeypatch.setattr(store_items, "_claim_in", broken)
+    monkeypatch.setattr(store_claims, "_claim_in", broken)
     caplog.set_level(logging.WARNING, logger="photojobs.store")
     h = Harness(sqlite_engine)
     (a, ta), (b, tb) = h.submit_and_dispatch(2)

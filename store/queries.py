@@ -1,0 +1,298 @@
+# ruff: noqa: S608 - every statement here is text built once per process from constant fragments (the
+# dialect's clock expression, fixed column lists and clauses); every value is a bound parameter.
+"""Every protocol statement, named and described in one place (the per-item path as text per dialect).
+
+Why text and not ORM/Core expressions here: building an expression, generating its cache key and
+loading ORM entities cost ~2–3 ms of CPU per transaction — more than the database's own work. These
+statements are parsed by SQLAlchemy once per process (``text`` caches on its string) and carry
+every protocol check in their ``WHERE`` clauses, so a claim or a finish is one ``UPDATE …
+RETURNING`` plus its event row. The protocol is unchanged: the same compare-and-set on (item id,
+fencing token, state), the database clock, the same events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+from typing import Any
+
+from sqlalchemy import (
+    Float,
+    Integer,
+    Select,
+    String,
+    TextClause,
+    and_,
+    bindparam,
+    column,
+    literal,
+    select,
+    text,
+    tuple_,
+)
+from sqlalchemy.sql.selectable import TextualSelect
+
+from .models import WAITING, Event, Item, ItemPhoto, Job, unindexed_state
+
+RENEW_KEY = 4294967296  # renew matches (id, token) pairs as id * RENEW_KEY + token (tokens < 2**32)
+
+_NOW = {
+    "postgresql": "CAST(extract(epoch from clock_timestamp()) AS double precision)",
+    "sqlite": "((julianday('now') - 2440587.5) * 86400.0)",
+}
+
+_ITEM_JSON = Item.__table__.c.checkpoint.type
+_JOB_JSON = Job.__table__.c.params.type
+_EVENT_JSON = Event.__table__.c.detail.type
+
+
+def sql_now(dialect: str) -> str:
+    """The database clock (as ``store.clock.db_now``) as SQL text."""
+    return _NOW[dialect]
+
+
+@cache
+def claim_sql(dialect: str) -> TextualSelect:
+    """Claim = one compare-and-set: queued/pending -> running with token and attempt bumped and the
+    lease from the database clock, for the message's (item, token) of this lane, unless the job is
+    still being submitted; it returns what the lease needs (the photo's current path, the job's
+    parameters). No row: not claimable (``store.claims.claim`` then says why)."""
+    now = sql_now(dialect)
+    return text(
+        f"""
+        UPDATE items SET state = 'running', fencing_token = fencing_token + 1, attempt = attempt + 1,
+            lease_owner = :worker, lease_ttl = :ttl, lease_expires_at = {now} + :ttl,
+            queued_at = NULL, updated_at = {now}
+        WHERE id = :item_id AND fencing_token = :token AND lane = :lane
+            AND state IN ('queued', 'pending')
+            AND NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.id = items.job_id AND jobs.submitting)
+        RETURNING job_id, position, photo_id, attempt, fencing_token, checkpoint,
+            (SELECT photos.path FROM photos WHERE photos.id = items.photo_id) AS photo_path,
+            (SELECT jobs.params FROM jobs WHERE jobs.id = items.job_id) AS params,
+            (SELECT jobs.roots FROM jobs WHERE jobs.id = items.job_id) AS roots,
+            (SELECT jobs.lanes FROM jobs WHERE jobs.id = items.job_id) AS lanes
+        """
+    ).columns(
+        column("job_id", Integer),
+        column("position", Integer),
+        column("photo_id", Integer),
+        column("attempt", Integer),
+        column("fencing_token", Integer),
+        column("checkpoint", _ITEM_JSON),
+        column("photo_path", String),
+        column("params", _JOB_JSON),
+        column("roots", _JOB_JSON),
+        column("lanes", _JOB_JSON),
+    )
+
+
+@cache
+def end_lease_sql(dialect: str, state: str, *, result: bool = False, error: bool = False) -> TextualSelect:
+    """The finishing compare-and-set with the fence folded into its ``WHERE``: a running item with
+    the session's token ends in ``state`` (lease cleared). It returns the row only while the lease
+    holds, and then keeps the row locked (PostgreSQL) / the write lock (SQLite) until the commit,
+    so no separate fence read is needed. ``:not_before`` is a delay from the database clock."""
+    now = sql_now(dialect)
+    sets = [f"state = '{state}'", "lease_owner = NULL", "lease_expires_at = NULL", f"updated_at = {now}"]
+    if result:
+        sets.append("result = :result")
+    if error:
+        sets += ["error = :error", f"not_before = {now} + :delay"]
+    elif result:
+        sets.append("error = NULL")
+    clause: TextClause = text(
+        f"""
+        UPDATE items SET {", ".join(sets)}
+        WHERE id = :item_id AND fencing_token = :token AND state = 'running'
+        RETURNING id
+        """
+    )
+    if result:
+        clause = clause.bindparams(bindparam("result", type_=_ITEM_JSON))
+    return clause.columns(column("id", Integer))
+
+
+@cache
+def event_sql(dialect: str) -> TextClause:
+    """One event row, stamped with the database clock in the same statement."""
+    return text(
+        f"""
+        INSERT INTO events (type, job_id, item_id, photo_id, lane, attempt, token, worker, detail, at)
+        VALUES (:type, :job_id, :item_id, :photo_id, :lane, :attempt, :token, :worker, :detail,
+                {sql_now(dialect)})
+        """
+    ).bindparams(bindparam("detail", type_=_EVENT_JSON))
+
+
+@cache
+def renew_sql(dialect: str) -> TextualSelect:
+    """Heartbeat: extend the leases still held (guarded by token), returning each one's job
+    control request."""
+    return (
+        text(
+            f"""
+            UPDATE items SET lease_expires_at = {sql_now(dialect)} + lease_ttl
+            WHERE id IN :ids AND state = 'running' AND id * {RENEW_KEY} + fencing_token IN :keys
+            RETURNING id, (SELECT jobs.control FROM jobs WHERE jobs.id = items.job_id) AS control
+            """
+        )
+        .bindparams(bindparam("ids", expanding=True), bindparam("keys", expanding=True))
+        .columns(column("id", Integer), column("control", String))
+    )
+
+
+# -- the dispatcher (store.dispatch.take_for_dispatch) ------------------------------------------------
+# (bind types declared, so that store.scale can render them with literal values for EXPLAIN)
+
+_LANE = bindparam("lane", type_=String)
+
+
+@cache
+def queued_count_sql(dialect: str) -> TextualSelect:
+    """The lane's queued items and the messages they travel in (each item a 1/message_items share
+    of its message; a range of ``ix_items_dispatch``, at most the lane's item bound)."""
+    return (
+        text(
+            "SELECT count(*) AS items, coalesce(sum(1.0 / coalesce(message_items, 1)), 0) AS messages "
+            "FROM items WHERE lane = :lane AND state = 'queued'"
+        )
+        .bindparams(_LANE)
+        .columns(column("items", Integer), column("messages", Float))
+    )
+
+
+@cache
+def next_pending_job_sql(dialect: str) -> TextualSelect:
+    """The first (lane, state, job) after (``:lane``, pending, ``:after``) in ``ix_items_dispatch``
+    (lane, state, job_id, id): one seek, however many items are pending; it is the next job with a
+    pending item in the lane when its lane and state are still the lane and pending.
+
+    On PostgreSQL a row-value comparison ordered like the index, so that the planner cannot prefer
+    an index that starts with ``job_id``; on SQLite, whose row-value ranges are slow, the plain
+    equality-and-range form of the same seek."""
+    if dialect == "postgresql":
+        where = "(lane, state, job_id) > (:lane, 'pending', :after)"
+    else:
+        where = "lane = :lane AND state = 'pending' AND job_id > :after"
+    return (
+        text(f"SELECT lane, state, job_id FROM items WHERE {where} ORDER BY lane, state, job_id LIMIT 1")
+        .bindparams(_LANE, bindparam("after", type_=Integer))
+        .columns(column("lane", String), column("state", String), column("job_id", Integer))
+    )
+
+
+JOB_DISPATCHABLE = text("SELECT control, submitting FROM jobs WHERE id = :job_id")
+
+
+@cache
+def pending_of_job_sql(dialect: str) -> TextualSelect:
+    """A job's oldest ready items in the lane (a range of ``ix_items_dispatch``)."""
+    return (
+        text(
+            f"""
+        SELECT id, fencing_token, job_id, photo_id, attempt, message_items FROM items
+        WHERE lane = :lane AND state = 'pending' AND job_id = :job_id AND not_before <= {sql_now(dialect)}
+        ORDER BY id LIMIT :limit
+        """
+        )
+        .bindparams(_LANE, bindparam("job_id", type_=Integer), bindparam("limit", type_=Integer))
+        .columns(
+            column("id", Integer),
+            column("fencing_token", Integer),
+            column("job_id", Integer),
+            column("photo_id", Integer),
+            column("attempt", Integer),
+            column("message_items", Integer),  # 0: its worker died holding it in a batch (goes alone)
+        )
+    )
+
+
+@cache
+def mark_queued_sql(dialect: str) -> TextualSelect:
+    """The picked items, still pending, become queued: by primary key (the state compared in a
+    form no index serves, so SQLite does not read every pending item through the state index)."""
+    now = sql_now(dialect)
+    return (
+        text(
+            f"""
+            UPDATE items SET state = 'queued', queued_at = {now}, updated_at = {now}, message_items = NULL
+            WHERE id IN :ids AND state || '' = 'pending'
+            RETURNING id
+            """
+        )
+        .bindparams(bindparam("ids", expanding=True, type_=Integer))
+        .columns(column("id", Integer))
+    )
+
+
+@cache
+def message_items_sql(dialect: str) -> TextClause:
+    """Queued items that share a message of ``:n`` items (by primary key)."""
+    return text("UPDATE items SET message_items = :n WHERE id IN :ids").bindparams(
+        bindparam("ids", expanding=True, type_=Integer), bindparam("n", type_=Integer)
+    )
+
+
+# -- releasing photo locks and recording a photo's hash (the finish of a photo lane) ----------------
+
+LIVE_INTENT = text(
+    "SELECT id FROM intents WHERE item_id = :item_id AND state = 'recorded' ORDER BY id LIMIT 1"
+).bindparams(bindparam("item_id", type_=Integer))
+DROP_LOCKS = text("DELETE FROM photo_locks WHERE item_id = :item_id")
+# The usual release in one statement: the item's lock rows go unless it has an unsettled intent
+# (then nothing is deleted and ``store.finishing.release_locks`` hands them to the intent).
+DROP_LOCKS_UNLESS_INTENT = text(
+    "DELETE FROM photo_locks WHERE item_id = :item_id AND NOT EXISTS "
+    "(SELECT 1 FROM intents WHERE intents.item_id = :item_id AND intents.state = 'recorded')"
+).bindparams(bindparam("item_id", type_=Integer))
+LOCKS_TO_INTENT = text("UPDATE photo_locks SET intent_id = :intent_id WHERE item_id = :item_id")
+
+
+@cache
+def photo_hash_sql(dialect: str) -> TextClause:
+    """A photo lane's finish records the photo's hash and size (``store.intents``)."""
+    now = sql_now(dialect)
+    return text(f"UPDATE photos SET sha256 = :sha256, size = :size, updated_at = {now} WHERE id = :photo_id")
+
+
+# -- the pipeline: an item's photos, its successors, a lane's unfinished items (ORM builders) ------
+
+
+def item_photos_query(item_id: int) -> Select[tuple[int]]:
+    """The photos of a bundle item (``item_photos``); an item with one photo has none there."""
+    return select(ItemPhoto.photo_id).where(ItemPhoto.item_id == item_id)
+
+
+def job_control_shared(job_id: int) -> Select[tuple[str | None]]:
+    """The job's control request under a share lock (lock order: the job before any of its items)."""
+    return select(Job.control).where(Job.id == job_id).with_for_update(read=True)
+
+
+def successors_query(job_id: int, position: int, photo_ids: Sequence[int]) -> Select[Any]:
+    """Waiting items of later lanes for these photos: ``ix_items_job_photo`` (job, photo, position);
+    the columns the finish needs, not ORM entities."""
+    return select(Item.id, Item.photo_id, Item.lane, Item.fencing_token, Item.position).where(
+        Item.job_id == job_id,
+        Item.position > position,
+        Item.photo_id.in_(photo_ids),
+        unindexed_state(WAITING),
+    )
+
+
+def unfinished_in_lane(job_id: int, lane: str, state: str, dialect: str) -> Select[tuple[int, str, str]]:
+    """The first (job, lane, state) at or after (``job_id``, ``lane``, ``state``) in
+    ``ix_items_job_state``: one seek that stops at the first row. An item of the lane is in
+    ``state`` when that row equals the key. On PostgreSQL a row-value comparison in the index's
+    order, so the planner cannot prefer reading the table for a LIMIT 1; on SQLite plain equalities
+    (its row-value ranges are slow)."""
+    if dialect == "postgresql":
+        key = tuple_(Item.job_id, Item.lane, Item.state)
+        where = key >= tuple_(literal(job_id), literal(lane), literal(state))
+    else:
+        where = and_(Item.job_id == job_id, Item.lane == lane, Item.state == state)
+    return (
+        select(Item.job_id, Item.lane, Item.state)
+        .where(where)
+        .order_by(Item.job_id, Item.lane, Item.state)
+        .limit(1)
+    )

@@ -1,0 +1,347 @@
+"""Submission: a job, its photos and its items written in short chunks (the backlog bound checked first)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, func, insert, select, text, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from .clock import db_now
+from .engine import reader
+from .errors import BacklogFull, SubmissionError
+from .events import emit, emit_many
+from .lanes import LaneSpec
+from .models import CANCEL, PENDING, WAITING, Item, ItemPhoto, Job, Photo
+from .pipeline import UNFINISHED, lock_job
+
+SUBMIT_LOCK = 0x7375626D6974  # "submit"
+
+
+@dataclass(frozen=True)
+class PhotoInput:
+    path: str
+    size: int | None = None
+    mtime: float | None = None  # the file's modification time at submission (photos.file_time)
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job_id: int
+    items: int
+    photos: int
+
+
+def job_fingerprint(lanes: Sequence[str], paths: Sequence[str], params: Mapping[str, Any]) -> str:
+    """Identifies "the same job" (same paths, lanes and params) so a rerun can resume it."""
+    payload = json.dumps(
+        {"lanes": list(lanes), "paths": sorted(paths), "params": dict(params)}, sort_keys=True
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _insert_ignore(engine: Engine):  # type: ignore[no-untyped-def]
+    return (postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert)(Photo)
+
+
+# Chunked submission: each chunk is its own transaction. On SQLite it is sized to hold the single
+# write lock for about CHUNK_TARGET seconds (CHUNK_MIN..CHUNK_MAX photos) and the submitter then waits
+# as long as the chunk took, so heartbeats, claims and the sweeper (whose busy handler polls the
+# lock) get in between chunks instead of waiting out a 100,000-photo transaction. On PostgreSQL
+# (row locks only) a chunk is CHUNK_MAX photos.
+CHUNK_FIRST = 500
+CHUNK_MIN = 100
+CHUNK_MAX = 4000
+CHUNK_TARGET = 0.05
+
+
+class SubmissionCancelled(SubmissionError):
+    """The job was cancelled while its photos were still being submitted; nothing more was written."""
+
+    def __init__(self, job_id: int, landed: int, total: int) -> None:
+        self.job_id = job_id
+        self.landed = landed
+        self.total = total
+        super().__init__(
+            f"job {job_id} was cancelled while it was being submitted ({landed} of {total} photos written)"
+        )
+
+
+def _backlogs(s: Session, lanes: Sequence[LaneSpec]) -> dict[str, int]:
+    """Per lane: unfinished items, plus the photos that submissions in flight have announced but not
+    written yet (so two concurrent submissions cannot both pass the bound)."""
+    out = {}
+    for spec in lanes:
+        out[spec.name] = s.execute(
+            select(func.count()).select_from(Item).where(Item.lane == spec.name, Item.state.in_(UNFINISHED))
+        ).scalar_one()
+    in_flight = s.execute(
+        select(Job.lanes, Job.photos, Job.landed).where(
+            Job.submitting == True,  # noqa: E712 - renders "= 1"/"= true", matching ix_jobs_submitting
+            Job.control.is_distinct_from(CANCEL),
+        )
+    ).all()
+    for job_lanes, total, landed in in_flight:
+        for name in job_lanes or ():
+            if name in out:
+                out[name] += max(0, (total or 0) - (landed or 0))
+    return out
+
+
+def _check_backlog(backlogs: Mapping[str, int], lanes: Sequence[LaneSpec], adding: int) -> None:
+    for spec in lanes:
+        if backlogs[spec.name] + adding > spec.backlog:
+            raise BacklogFull(spec.name, backlogs[spec.name], adding, spec.backlog)
+
+
+def submit(
+    engine: Engine,
+    lanes: Sequence[LaneSpec],
+    photos: Sequence[PhotoInput],
+    *,
+    params: Mapping[str, Any] | None = None,
+    roots: Sequence[str] = (),
+    fingerprint: str | None = None,
+    bundle_lanes: Sequence[str] = (),
+) -> Submitted:
+    """Write the job, its photos and its items, in bounded chunks, and return the job id.
+
+    Each photo gets one item per lane; the first lane's items are ``pending``, the others
+    ``waiting`` on the lane before. A lane in ``bundle_lanes`` gets one item for all the photos
+    (``item_photos``), ready once every item of the lane before has ended.
+
+    The first transaction checks the backlog and writes the job as ``submitting``; the photos and
+    items follow in chunks of at most ``CHUNK_MAX`` photos (each transaction short, see
+    ``CHUNK_TARGET``); the last one clears ``submitting`` and writes ``job_submitted``. Items of a
+    job still submitting are not dispatched, so a submitter that dies half-way leaves an inert job
+    that ``status`` shows as ``submitting`` and that can be cancelled. Raises ``BacklogFull``
+    (before anything is written) when a lane's unfinished items plus the new ones would exceed the
+    lane's backlog bound, ``SubmissionError`` for no photos or lanes, and ``SubmissionCancelled``
+    when the job is cancelled before its last chunk.
+    """
+    if not lanes:
+        raise SubmissionError("a job needs at least one lane")
+    if not photos:
+        raise SubmissionError("a job needs at least one photo; no files were found in the given paths")
+    params = dict(params or {})
+    paths = [p.path for p in photos]
+    if len(set(paths)) != len(paths):
+        raise SubmissionError("the same photo path is given twice")
+    fp = fingerprint or job_fingerprint([s.name for s in lanes], paths, params)
+    postgres = engine.dialect.name == "postgresql"
+    if not postgres:
+        # SQLite: count in a read transaction; the write lock is held only to create the job.
+        with Session(reader(engine)) as s:
+            _check_backlog(_backlogs(s, lanes), lanes, len(photos))
+    bundled = {pos for pos, sp in enumerate(lanes) if sp.name in bundle_lanes}
+    with Session(engine) as s, s.begin():
+        if postgres:
+            # Serializes submitters' backlog checks (nothing else waits on this lock).
+            s.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": SUBMIT_LOCK})
+            _check_backlog(_backlogs(s, lanes), lanes, len(photos))
+        now = s.execute(select(db_now())).scalar_one()
+        job_id = s.execute(
+            insert(Job)
+            .values(
+                lanes=[sp.name for sp in lanes],
+                params=params,
+                roots=list(roots),
+                fingerprint=fp,
+                created_at=now,
+                submitting=True,
+                photos=len(photos),
+                landed=0,
+                submit_touched_at=now,
+            )
+            .returning(Job.id)
+        ).scalar_one()
+        bundles = {
+            pos: _bundle_item(s, job_id, lanes[pos].name, pos, len(photos), now) for pos in sorted(bundled)
+        }
+    n_items = len(bundles)
+    # PostgreSQL has no store-wide write lock: chunks of CHUNK_MAX photos keep its transactions
+    # short without paying a commit per few hundred photos. SQLite: sized by the time they take.
+    start, size = 0, CHUNK_MAX if postgres else CHUNK_FIRST
+    while start < len(photos):
+        chunk = photos[start : start + size]
+        t0 = time.perf_counter()
+        landed = _land_chunk(engine, job_id, lanes, chunk, bundled, bundles, start, len(photos))
+        if landed is None:
+            raise SubmissionCancelled(job_id, start, len(photos))
+        n_items += landed
+        took = time.perf_counter() - t0
+        start += len(chunk)
+        if not postgres:
+            size = max(CHUNK_MIN, min(CHUNK_MAX, int(len(chunk) * CHUNK_TARGET / max(took, 1e-3))))
+            if start < len(photos):
+                time.sleep(min(took, 4 * CHUNK_TARGET))  # let waiting writers take the lock
+    with Session(engine) as s, s.begin():
+        lock_job(s, job_id)  # ordered after a concurrent cancel/pause of the job
+        s.execute(update(Job).where(Job.id == job_id).values(submitting=False, submit_touched_at=db_now()))
+        emit(
+            s,
+            "job_submitted",
+            job_id=job_id,
+            detail={"lanes": [sp.name for sp in lanes], "photos": len(photos), "items": n_items},
+        )
+    return Submitted(job_id=job_id, items=n_items, photos=len(photos))
+
+
+def _land_chunk(
+    engine: Engine,
+    job_id: int,
+    lanes: Sequence[LaneSpec],
+    chunk: Sequence[PhotoInput],
+    bundled: set[int],
+    bundles: Mapping[int, int],
+    start: int,
+    total: int,
+) -> int | None:
+    """One chunk of a submission in one transaction: its photos, their items and events. Returns
+    the number of items written, or None when the job was cancelled (the submission is closed)."""
+    with Session(engine) as s, s.begin():
+        if lock_job(s, job_id) == CANCEL:
+            s.execute(
+                update(Job).where(Job.id == job_id).values(submitting=False, submit_touched_at=db_now())
+            )
+            created = s.execute(
+                select(func.count()).select_from(Item).where(Item.job_id == job_id)
+            ).scalar_one()
+            emit(
+                s,
+                "job_submitted",
+                job_id=job_id,
+                detail={
+                    "lanes": [sp.name for sp in lanes],
+                    "photos": start,
+                    "items": created,
+                    "cancelled": True,
+                },
+            )
+            return None
+        now = s.execute(select(db_now())).scalar_one()
+        photo_ids = _photo_ids(s, engine, chunk, now)
+        rows = [
+            {
+                "job_id": job_id,
+                "lane": spec.name,
+                "position": pos,
+                "photo_id": photo_ids[p.path],
+                "state": PENDING if pos == 0 else WAITING,
+                "attempt": 0,
+                "fencing_token": 0,
+                "not_before": 0.0,
+                "updated_at": now,
+            }
+            for p in chunk
+            for pos, spec in enumerate(lanes)
+            if pos not in bundled
+        ]
+        n = 0
+        if rows:
+            created_rows = s.execute(
+                insert(Item).returning(
+                    Item.id, Item.photo_id, Item.lane, Item.state, sort_by_parameter_order=True
+                ),
+                rows,
+            ).all()
+            emit_many(
+                s,
+                [
+                    {
+                        "type": "item_created",
+                        "job_id": job_id,
+                        "item_id": r.id,
+                        "photo_id": r.photo_id,
+                        "lane": r.lane,
+                        "detail": {"state": r.state},
+                    }
+                    for r in created_rows
+                ],
+            )
+            n = len(created_rows)
+        ids = sorted({photo_ids[p.path] for p in chunk})
+        for item_id in bundles.values():
+            s.execute(insert(ItemPhoto), [{"item_id": item_id, "photo_id": p} for p in ids])
+        s.execute(
+            update(Job)
+            .where(Job.id == job_id)
+            .values(landed=Job.landed + len(chunk), submit_touched_at=db_now())
+        )
+    return n
+
+
+def _bundle_item(s: Session, job_id: int, lane: str, pos: int, photos: int, now: float) -> int:
+    """The one item of a bundle lane; its photos (``item_photos``) land with the chunks."""
+    state = PENDING if pos == 0 else WAITING
+    item_id = s.execute(
+        insert(Item)
+        .values(
+            job_id=job_id,
+            lane=lane,
+            position=pos,
+            photo_id=None,
+            state=state,
+            attempt=0,
+            fencing_token=0,
+            not_before=0.0,
+            updated_at=now,
+        )
+        .returning(Item.id)
+    ).scalar_one()
+    emit(
+        s,
+        "item_created",
+        job_id=job_id,
+        item_id=item_id,
+        lane=lane,
+        detail={"state": state, "photos": photos},
+    )
+    return item_id
+
+
+def _photo_ids(s: Session, engine: Engine, photos: Sequence[PhotoInput], now: float) -> dict[str, int]:
+    photos = sorted(photos, key=lambda p: p.path)  # new rows in one order across submissions
+    if engine.dialect.name == "postgresql":
+        # The known photos' rows first, in ascending id, the one order every transaction that locks
+        # several photos keeps (a batch claim, a bundle): the upsert below would lock them in path
+        # order, and a path order crossed with another transaction's id order deadlocked (the long
+        # photo chaos run, a submission against a batch claim and a rename).
+        known = select(Photo.id).where(Photo.path.in_([p.path for p in photos])).order_by(Photo.id)
+        s.execute(known.with_for_update()).all()
+    stmt = _insert_ignore(engine)
+    # a known photo keeps the file time recorded first (rename names stay stable across edits)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["path"],
+        set_={"file_time": stmt.excluded.file_time},
+        where=Photo.file_time.is_(None),
+    )
+    rows = [{"path": p.path, "size": p.size, "file_time": p.mtime, "updated_at": now} for p in photos]
+    s.execute(stmt, rows)
+    return {
+        path: pid
+        for pid, path in s.execute(
+            select(Photo.id, Photo.path).where(Photo.path.in_([p.path for p in photos]))
+        )
+    }
+
+
+def find_job_by_fingerprint(engine: Engine, fingerprint: str) -> int | None:
+    """The newest fully submitted job with this fingerprint, if any (``photojobs run`` resumes it).
+
+    A job whose submission never finished (its submitter died) is not resumed: it stays
+    ``submitting`` for ``status`` to show and ``cancel`` to end, and the rerun submits afresh.
+    """
+    with Session(reader(engine)) as s:
+        return s.execute(
+            select(Job.id)
+            .where(Job.fingerprint == fingerprint, Job.submitting == False)  # noqa: E712
+            .order_by(Job.id.desc())
+            .limit(1)
+        ).scalar_one_or_none()
