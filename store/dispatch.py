@@ -206,10 +206,11 @@ def _job_dispatchable(limit: int) -> Select[Any]:
 
 
 def _jobs_with_pending(
-    conn: Connection, lane: str, want: int, want_interactive: int, limit: int
+    conn: Connection, lane: str, want: int, want_interactive: int, limit: int, split: bool
 ) -> tuple[list[int], list[int]]:
     """Dispatchable job ids with pending items, starting after the last one served, wrapping around:
-    up to ``want`` normal ones and ``want_interactive`` interactive ones. Each step is an index seek,
+    up to ``want`` normal ones and ``want_interactive`` interactive ones (``split`` False: every job
+    is served as a normal one). Each step is an index seek,
     so the cost follows the jobs looked at, not the number of pending items (a ``DISTINCT job_id``
     over them read every one)."""
     start = _last_first_job.get(lane, 0)
@@ -235,7 +236,7 @@ def _jobs_with_pending(
         job = conn.execute(job_info, {"job_id": job_id}).one()
         if job.control is not None or job.submitting:
             continue
-        if job.interactive:
+        if split and job.interactive:
             if len(urgent) < want_interactive:
                 urgent.append(job_id)
         elif len(found) < want:
@@ -282,9 +283,10 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
     grouped into their messages (``Publish.group``, ``plan_messages``); each queued item records
     its message's size (``message_items``), so the next dispatch counts the messages in Redis.
 
-    Interactive jobs (``is_interactive_sql``) have a bound of their own (``interactive_bound``
-    messages) and their items come back ``Publish.interactive``: they go to the lane's interactive
-    queue, so a full lane never holds them back.
+    While the lane's queue holds queued items, interactive jobs (``is_interactive_sql``) have a
+    bound of their own (``interactive_bound`` messages) and their items come back
+    ``Publish.interactive``: they go to the lane's interactive queue, so a full lane never holds
+    them back.
 
     Jobs that are paused, cancelled or still being submitted are passed over; a paused lane
     (``store.lane_control``) gets nothing. The hot statements are the prebuilt ones of
@@ -307,10 +309,15 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
         _, urgent_messages = _counts(counts.get(True))
         urgent_message_room = interactive_bound(spec) - math.ceil(urgent_messages - 1e-6)
         urgent_room = urgent_message_room * spec.effective_batch
-        if min(room, message_room) <= 0 and urgent_message_room <= 0:
+        # Interactive work overtakes only when the lane's own queue holds work to overtake (waiting
+        # in Redis or prefetched by a worker: both are ``queued``); on a lane with nothing queued
+        # it takes the lane's queue, as every job did before priorities.
+        split = items > 0
+        if min(room, message_room) <= 0 and (not split or urgent_message_room <= 0):
             return []
         want = max(0, min(room, message_room, spec.effective_bound))
-        job_ids, urgent_ids = _jobs_with_pending(conn, lane, want, max(0, urgent_message_room), limit)
+        want_urgent = max(0, urgent_message_room) if split else 0
+        job_ids, urgent_ids = _jobs_with_pending(conn, lane, want, want_urgent, limit, split)
         if not job_ids and not urgent_ids:
             return []
         if job_ids:

@@ -47,28 +47,40 @@ def test_a_small_job_is_dispatched_interactive_while_the_lane_is_full(engine: En
 
 
 def test_an_explicit_priority_overrides_the_size_rule(engine: Engine, tmp_path: Path) -> None:
-    # Given a 3-photo job submitted as normal and a 40-photo job submitted as interactive
+    # Given a big job that fills the lane's bound of messages in Redis
+    big = _submit(engine, tmp_path / "big", NOOP.item_bound + 500)
+    assert take_for_dispatch(engine, NOOP)
+    # When a 3-photo job submitted as normal and a 40-photo job submitted as interactive arrive
     normal = _submit(engine, tmp_path / "n", 3, "normal")
     urgent = _submit(engine, tmp_path / "u", 40, "interactive")
-    # When the lane is dispatched
     out = take_for_dispatch(engine, NOOP)
-    # Then the small normal job travels in the lane's queue and the big interactive one in the
-    # interactive queue, within its own bound of messages
-    normal_items = [p for p in out if not p.interactive]
-    urgent_items = [p for p in out if p.interactive]
-    assert {item_states(engine, normal)["queued"], item_states(engine, urgent)["queued"]} == {3, 40}
-    assert {p.item_id for p in normal_items} == _item_ids(engine, normal)
-    assert len(urgent_items) == 40
-    messages = {p.group if p.group is not None else -p.item_id for p in urgent_items}
+    # Then the small normal job waits for room in the lane like the big one, and the big
+    # interactive one is dispatched to the interactive queue, within its own bound of messages
+    assert item_states(engine, normal) == {"pending": 3}
+    assert item_states(engine, urgent) == {"queued": 40}
+    assert {p.item_id for p in out} == _item_ids(engine, urgent) and all(p.interactive for p in out)
+    messages = {p.group if p.group is not None else -p.item_id for p in out}
     assert len(messages) <= interactive_bound(NOOP)
+    assert "pending" in item_states(engine, big)
+
+
+def test_on_an_idle_lane_a_small_job_takes_the_lanes_own_queue(engine: Engine, tmp_path: Path) -> None:
+    # Given a lane with nothing queued
+    # When a one-photo job is dispatched
+    small = _submit(engine, tmp_path / "small", 1)
+    out = take_for_dispatch(engine, NOOP)
+    # Then it goes to the lane's own queue: there is nothing to overtake
+    assert [(p.item_id, p.interactive) for p in out] == [(min(_item_ids(engine, small)), False)]
 
 
 def test_a_stale_interactive_message_is_republished_as_interactive(engine: Engine, tmp_path: Path) -> None:
-    # Given a small job's item queued (its message then lost)
+    # Given a big job's items queued, then a small job's item queued (its message then lost)
+    _submit(engine, tmp_path / "big", 40)
+    big = take_for_dispatch(engine, NOOP)
     _submit(engine, tmp_path / "s", 1)
     [p] = take_for_dispatch(engine, NOOP)
     assert p.interactive
     # When the sweeper looks for stale queued items
-    [stale] = stale_queued(engine, older_than=-1.0)
-    # Then it knows the item travels in the interactive queue
-    assert (stale.item_id, stale.interactive) == (p.item_id, True)
+    stale = {q.item_id: q.interactive for q in stale_queued(engine, older_than=-1.0)}
+    # Then it knows the small job's item travels in the interactive queue, the big job's not
+    assert stale == {p.item_id: True, **{q.item_id: False for q in big}}
