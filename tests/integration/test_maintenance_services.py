@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
+from photojobs.config import Settings
 from photojobs.maintenance import (
     DispatchLane,
     ForgetWorkers,
@@ -24,6 +25,7 @@ from photojobs.maintenance import (
     SettleOrphans,
     default_services,
 )
+from photojobs.sweeper_service import Sweeper
 from photos import fileops
 from store import intents as store_intents
 from store import items as store_items
@@ -251,3 +253,34 @@ def test_two_loops_keep_their_own_interval_state(engine: Engine) -> None:
     second.run_pass()
     # Then its stray sweep ran: no state is shared between loops through a module global
     assert second.service("strays").runs == 1
+
+
+def test_a_running_sweeper_runs_its_services_with_its_settings(env: dict[str, str]) -> None:
+    # Given a sweeper (real Redis) with its own republish delay and worker retention, short passes
+    settings = Settings.from_env(
+        {
+            **env,
+            "PHOTOJOBS_SWEEP_INTERVAL": "0.2",
+            "PHOTOJOBS_REPUBLISH_AFTER": "7",
+            "PHOTOJOBS_FORGET_WORKERS_AFTER": "99",
+        }
+    )
+    sweeper = Sweeper(settings)
+    loop = sweeper.maintenance
+    # Then its services are the seven duties in pass order, one dispatch per lane
+    lanes = [f"dispatch {name}" for name in sweeper.specs]
+    expected = ["revoke", "settle", "strays", "republish", *lanes, "events", "workers"]
+    assert [s.name for s in loop.services] == expected
+    # And each carries its setting (the stray sweep its one-minute interval)
+    republish, workers, strays = loop.service("republish"), loop.service("workers"), loop.service("strays")
+    assert isinstance(republish, Republish) and republish.after == 7.0
+    assert isinstance(workers, ForgetWorkers) and workers.after == 99.0
+    assert isinstance(strays, RemoveStrayStaged) and (strays.interval, strays.grace) == (60.0, 300.0)
+    # When it runs
+    sweeper.start()
+    try:
+        # Then the test hook sees its services run pass after pass, none failing
+        assert workers.wait_runs(3, timeout=60), f"{workers.runs} runs"
+        assert sweeper.passes >= 3 and all(s.failures == 0 for s in loop.services), loop.services
+    finally:
+        sweeper.stop()
