@@ -21,7 +21,6 @@ from .clock import db_now
 from .engine import reader
 from .errors import NotApplicable, UnknownJob
 from .events import emit_many
-from .jobs import JobStatus, statuses
 from .lanes import LANE_NAMES
 from .models import (
     ALL_STATES,
@@ -42,6 +41,7 @@ from .models import (
     Photo,
 )
 from .reasons import reason_class
+from .status import JobStatus, statuses
 
 MAX_PAGE = 1000
 MAX_ROW_ID = 2**31 - 1

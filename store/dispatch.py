@@ -26,7 +26,7 @@ from .engine import reader
 from .events import emit_many
 from .lane_control import lane_paused
 from .models import PENDING, QUEUED, Item, Job
-from .statements import (
+from .queries import (
     event_sql,
     mark_queued_sql,
     message_items_sql,

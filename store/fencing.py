@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from .errors import StaleLease
 from .events import emit
 from .models import RUNNING, Item
-from .statements import event_sql
+from .queries import event_sql
 
 # session.info key: the event rows of a batch finish, inserted together before its commit
 DEFERRED_EVENTS = "deferred_events"

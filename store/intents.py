@@ -32,7 +32,7 @@ from .clock import db_now
 from .engine import reader
 from .events import emit
 from .fencing import lock_fence
-from .items import Lease
+from .leases import Lease
 from .models import (
     CANCELLED,
     FAILED,
@@ -47,7 +47,7 @@ from .models import (
     PhotoLock,
 )
 from .photo_locks import lock_photo_rows
-from .statements import photo_hash_sql
+from .queries import photo_hash_sql
 
 log = logging.getLogger("photojobs.intents")
 

@@ -16,9 +16,9 @@ from .clock import db_now
 from .engine import reader
 from .errors import UnknownJob
 from .events import EventRecord, assign_cursors, record_of
-from .jobs import JobStatus, statuses
 from .models import FAILED, PENDING, QUEUED, RUNNING, SKIPPED, TERMINAL, Event, Item, Job, Photo
 from .reasons import reason_class
+from .status import JobStatus, statuses
 
 MAX_PAGE = 1000
 # The states ``derive_job_state`` gives a job.

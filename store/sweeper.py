@@ -18,8 +18,10 @@ from store.lanes import LaneSpec
 from .clock import db_now
 from .dispatch import ALONE
 from .events import emit
-from .items import WAITING_ALONE, lock_successors, release_locks, skip_successors, state_for
+from .finishing import release_locks
+from .leases import WAITING_ALONE
 from .models import FAILED, RUNNING, Item, Job
+from .pipeline import lock_successors, skip_successors, state_for
 
 
 def expired_leases(limit: int) -> Select[tuple[int, int]]:
