@@ -8,11 +8,11 @@ from collections.abc import Callable
 from typing import Any
 
 import dramatiq
-from dramatiq.middleware import TimeLimit
 
 from middleware.batch import run_batch
 from middleware.context import STOP_LOST, ItemContext, Stopped, current, current_batch
 from middleware.cpu_slots import cpu_slot, process_gate
+from middleware.dramatiq_compat import restart_time_limit
 from photos.errors import PhotoError
 from store.lanes import lane_spec
 
@@ -78,9 +78,7 @@ def lane_actor(name: str) -> Callable[[Callable[[ItemContext], Any]], dramatiq.A
         def restart_clock(ctx: ItemContext) -> None:
             """Each item of a batch gets the lane's whole time limit (Dramatiq's TimeLimit counts
             from the message's start)."""
-            for m in actor.broker.middleware:
-                if isinstance(m, TimeLimit):
-                    m.manager.add_timeout(threading.get_ident(), int(ctx.spec.time_limit * 1000))
+            restart_time_limit(actor.broker, int(ctx.spec.time_limit * 1000))
 
         run.__name__ = run.__qualname__ = spec.actor
         run.__doc__ = fn.__doc__

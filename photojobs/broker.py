@@ -14,14 +14,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import dramatiq
-import redis
-from dramatiq.broker import MessageProxy
-from dramatiq.brokers.redis import RedisBroker, _RedisConsumer
-from dramatiq.common import compute_backoff, current_millis, dq_name
-from dramatiq.errors import ConnectionClosed, DecodeError
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.common import dq_name
+from dramatiq.errors import DecodeError
 from dramatiq.message import Message
 from dramatiq.middleware import CurrentMessage, TimeLimit
 
+from middleware.dramatiq_compat import ConsumerBase, ack_undecodable, enqueue_args
 from store.dispatch import Publish, batch_message_id, items_of_message_id, message_groups, stranded_after
 from store.lanes import LaneSpec, all_lanes
 
@@ -45,11 +44,12 @@ DELAY_QUEUE_POLL_FACTOR = 4
 log = logging.getLogger("photojobs.broker")
 
 
-class _TolerantConsumer(_RedisConsumer):
-    """Dramatiq's Redis consumer, but an undecodable message is acknowledged and reported
-    instead of crashing the consumer (which would strand it in the worker's ack set); and an idle
-    lane consumer waits on the process's doorbell (``photojobs.doorbell``) instead of sleeping, so a
-    publish wakes it at once and, while the doorbell is up, it polls ``POLL_FACTOR`` times less often."""
+class _TolerantConsumer(ConsumerBase):
+    """Dramatiq's Redis consumer (``middleware.dramatiq_compat.ConsumerBase``), but an undecodable
+    message is acknowledged and reported instead of crashing the consumer (which would strand it in
+    the worker's ack set); and an idle lane consumer waits on the process's doorbell
+    (``photojobs.doorbell``) instead of sleeping, so a publish wakes it at once and, while the
+    doorbell is up, it polls ``POLL_FACTOR`` times less often."""
 
     def __init__(self, broker, queue_name, prefetch, timeout):  # type: ignore[no-untyped-def]
         delayed = queue_name == dq_name(queue_name)
@@ -66,63 +66,40 @@ class _TolerantConsumer(_RedisConsumer):
             self._doorbell.unregister(self.queue_name, self._bell)
         super().close()
 
-    def __next__(self):  # type: ignore[no-untyped-def]
-        while True:
-            try:
-                return self._next_message()
-            except DecodeError as exc:
-                self._discard(exc)
+    # The idle wait: on the doorbell's event (cleared before the fetch, so a publish after it is
+    # not missed) instead of Dramatiq's ``time.sleep``.
+    def between_polls(self) -> bool:
+        bell = self._bell
+        if bell is not None and not bell.is_set() and time.monotonic() < self._quiet_until:
+            # Between two polls: back to the consumer thread at least every timeout, so it
+            # acknowledges and stops on time, without asking Redis.
+            bell.wait(min(self.timeout / 1000, self._quiet_until - time.monotonic()))
+            return True
+        return False
 
-    def _next_message(self) -> MessageProxy | None:
-        """``_RedisConsumer.__next__`` of Dramatiq 2.2.1 with its idle ``time.sleep`` replaced by a
-        wait on the doorbell's event (cleared before the fetch, so a publish after it is not missed)."""
-        try:
-            while True:
-                try:
-                    data = self.message_cache.pop(0)
-                    if data is None:
-                        continue
-                    self.misses = 0
-                    message = Message.decode(data)
-                    self.queued_message_ids.add(message.message_id)
-                    return MessageProxy(message)
-                except IndexError:
-                    bell = self._bell
-                    if bell is not None and not bell.is_set() and time.monotonic() < self._quiet_until:
-                        # Between two polls: back to the consumer thread at least every timeout, so
-                        # it acknowledges and stops on time, without asking Redis.
-                        bell.wait(min(self.timeout / 1000, self._quiet_until - time.monotonic()))
-                        return None
-                    if bell is not None:
-                        bell.clear()
-                    messages = []
-                    if self.outstanding_message_count < self.prefetch:
-                        self.message_cache = messages = self.broker.do_fetch(
-                            self.queue_name, self.prefetch - self.outstanding_message_count
-                        )
-                    if not messages:
-                        longest = self.timeout
-                        if bell is not None and self._doorbell is not None and self._doorbell.listening:
-                            longest *= POLL_FACTOR
-                        self.misses, backoff_ms = compute_backoff(self.misses, max_backoff=longest)
-                        if bell is not None:
-                            self._quiet_until = time.monotonic() + backoff_ms / 1000
-                            bell.wait(min(self.timeout, backoff_ms) / 1000)
-                        else:
-                            time.sleep(backoff_ms / 1000)
-                        return None
-        except redis.ConnectionError as e:
-            raise ConnectionClosed(e) from None
+    def before_fetch(self) -> None:
+        if self._bell is not None:
+            self._bell.clear()
 
-    def _discard(self, exc: DecodeError) -> None:
+    def longest_backoff(self) -> float:
+        longest = self.timeout
+        if self._bell is not None and self._doorbell is not None and self._doorbell.listening:
+            longest *= POLL_FACTOR
+        return longest
+
+    def idle(self, backoff_ms: float) -> None:
+        bell = self._bell
+        if bell is None:
+            time.sleep(backoff_ms / 1000)
+            return
+        self._quiet_until = time.monotonic() + backoff_ms / 1000
+        bell.wait(min(self.timeout, backoff_ms) / 1000)
+
+    def on_undecodable(self, exc: DecodeError) -> None:
         broker: PhotojobsBroker = self.broker
         raw = exc.data if isinstance(exc.data, bytes) else str(exc.data).encode()
         reason = f"malformed message ({exc.error.__class__.__name__}: {str(exc.error)[:120]})"
-        key = f"{broker.namespace}:{self.queue_name}.msgs"
-        for redis_id, data in broker.client.hscan_iter(key):
-            if data == raw:
-                broker.do_ack(self.queue_name, redis_id.decode())
-                break
+        ack_undecodable(broker, self.queue_name, raw)
         log.warning("rejected a message on %s: %s: %r", self.queue_name, reason, raw[:100])
         if broker.on_rejected is not None:
             broker.on_rejected(self.queue_name, None, reason, raw[:200].decode(errors="replace"))
@@ -185,7 +162,8 @@ class RedisPublisher:
     def publish(self, items: list[Publish]) -> None:
         """Enqueue the items' messages (one per item, or one per dispatch group: a batch message,
         ``store.dispatch.message_groups``), all in one Redis round trip (a pipeline of Dramatiq's own
-        ``enqueue`` script calls, with the arguments ``RedisBroker.do_enqueue`` gives it), and ring
+        ``enqueue`` script calls, with the arguments ``RedisBroker.do_enqueue`` gives it:
+        ``middleware.dramatiq_compat.enqueue_args``), and ring
         each queue's doorbell (``photojobs.doorbell``) in the same round trip."""
         encoded = []
         for group in message_groups(items):
@@ -203,18 +181,7 @@ class RedisPublisher:
         script = b.scripts["dispatch"]
         pipe = b.client.pipeline(transaction=False)
         for i, (queue, message_id, data) in enumerate(encoded):
-            args = [
-                "enqueue",
-                current_millis(),
-                queue,
-                b.broker_id,
-                b.heartbeat_timeout,
-                b.dead_message_ttl,
-                b._should_do_maintenance("enqueue") if i == 0 else 0,
-                b._max_unpack_size(),
-                message_id,
-                data,
-            ]
+            args = enqueue_args(b, queue, message_id, data, maintain=i == 0)
             script(keys=[b.namespace], args=args, client=pipe)
         for queue in dict.fromkeys(q for q, _, _ in encoded):
             pipe.publish(CHANNEL, queue)  # the doorbell: wakes the queue's idle consumers now
