@@ -8,7 +8,7 @@ every middleware, every lane) and adds, without changing any of it:
   ``before_process_message`` hooks (the claim) and the ``after_process_message`` hooks (the fenced
   finish and the lane top-up) of each lane message: the CPU of the worker thread in the store path;
 - ``thread_time`` wrappers on ``RedisPublisher.publish`` / ``queue_length`` (Redis client work of
-  the top-up, subtracted from the store figure) and on the lease middleware's ``take_for_dispatch``
+  the top-up, subtracted from the store figure) and on ``middleware.top_up``'s ``take_for_dispatch``
   when it has one (the dispatch part of the finish hook);
 - ``thread_time`` wrappers on ``Heartbeat.beat`` and ``Presence.beat`` (the renew share: the
   heartbeat thread's CPU);
@@ -155,7 +155,7 @@ def _watch_engine(engine: Any) -> None:
 
 def install(broker: dramatiq.Broker, out: Path) -> None:
     """Add the probes to ``broker`` (the product's) and start the dump thread."""
-    from middleware import heartbeat, lease, presence
+    from middleware import heartbeat, presence, top_up
     from photojobs import broker as pj_broker
     from photojobs.config import Settings
     from photojobs.runtime import engine_for
@@ -164,8 +164,8 @@ def install(broker: dramatiq.Broker, out: Path) -> None:
     broker.middleware.append(_Last())
     for name in ("publish", "queue_length"):
         setattr(pj_broker.RedisPublisher, name, _timed("cpu_redis", getattr(pj_broker.RedisPublisher, name)))
-    if hasattr(lease, "take_for_dispatch"):
-        lease.take_for_dispatch = _timed("cpu_dispatch", lease.take_for_dispatch)  # type: ignore[attr-defined]
+    if hasattr(top_up, "take_for_dispatch"):
+        top_up.take_for_dispatch = _timed("cpu_dispatch", top_up.take_for_dispatch)  # type: ignore[attr-defined]
     beat = heartbeat.Heartbeat.beat
 
     def counted_beat(self: Any) -> None:
