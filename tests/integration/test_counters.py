@@ -20,7 +20,7 @@ from photojobs.api import Client
 from photojobs.config import Settings
 from photojobs.testing import scale
 from photojobs.web import metrics as web_metrics
-from store import counters
+from store import counters, retention
 from store import jobs as store_jobs
 from store import workers as store_workers
 from store.clock import db_now
@@ -28,7 +28,6 @@ from store.events import assign_cursors, emit_many
 from store.lanes import all_lanes
 from store.listing import depth_query, oldest_queued_query
 from store.models import Event, Item, Worker
-from store.retention import prune
 from tests.metrics_support import parse_scrape, sample
 
 SPECS = all_lanes({})
@@ -68,7 +67,7 @@ def test_a_prune_folds_before_it_deletes_so_no_counter_loses_an_event(engine: En
     expected = _event_tally(engine)
     assert counters.read(engine).values == {}
     # When everything prunable is pruned
-    pruned = prune(engine, 0)
+    pruned = retention.prune(engine, 0)
     # Then the job's events are gone from the store...
     assert pruned.jobs == 1 and pruned.events > 0
     with Session(engine) as s:
@@ -80,6 +79,34 @@ def test_a_prune_folds_before_it_deletes_so_no_counter_loses_an_event(engine: En
     assert folded.get("item_succeeded", "noop") == 4 and folded.get("job_submitted") == 2
     with Session(engine) as s:
         assert folded.cursor == s.execute(select(func.max(Event.seq))).scalar_one()
+
+
+def test_an_event_numbered_after_the_prunes_first_fold_is_folded_before_it_is_deleted(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a finished job and a newer one, and a late event of the finished job that is committed
+    # and numbered just after the prune's first fold (before its delete transactions)
+    job = _submit(engine, tmp_path, 2)
+    _finish(engine, job, "succeeded", "item_succeeded")
+    _submit(engine, tmp_path, 1, lane="analysis")
+    first_fold = retention.fold
+
+    def fold_then_a_late_event(engine_: Engine, *, number: bool = True) -> int:
+        n = first_fold(engine_, number=number)
+        with Session(engine_) as s, s.begin():
+            emit_many(s, [{"type": "stale_commit_rejected", "job_id": job, "lane": "noop"}])
+            emit_many(s, [{"type": "job_pause_requested"}])  # newest: the one event a prune keeps
+        assign_cursors(engine_)
+        return n
+
+    monkeypatch.setattr(retention, "fold", fold_then_a_late_event)
+    # When everything prunable is pruned
+    assert retention.prune(engine, 0).jobs == 1
+    # Then the late event was deleted with its job, and counted before that
+    with Session(engine) as s:
+        assert s.execute(select(func.count()).where(Event.job_id == job)).scalar_one() == 0
+    counters.fold(engine)
+    assert counters.read(engine).get("stale_commit_rejected", "noop") == 1
 
 
 def test_folds_racing_with_each_other_new_events_and_a_prune_count_each_event_once(
@@ -116,7 +143,7 @@ def test_folds_racing_with_each_other_new_events_and_a_prune_count_each_event_on
 
     def pruner() -> None:
         for _ in range(3):
-            prune(engine, 0)
+            retention.prune(engine, 0)
 
     # When 4 folds, an emitter (200 more events) and a pruner start together
     threads = [threading.Thread(target=run, args=(lambda: counters.fold(engine),)) for _ in range(4)]
