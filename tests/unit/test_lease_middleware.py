@@ -110,6 +110,24 @@ def test_duplicate_or_stale_message_is_skipped(harness: Harness) -> None:
     assert harness.item(item).state == "succeeded"
 
 
+@pytest.mark.parametrize("stop", ["pause", "cancel"])
+def test_a_message_for_an_item_its_job_stopped_is_skipped_unrejected(engine: Engine, stop: str) -> None:
+    # Given a dispatched item whose job is then paused (or cancelled), on either store
+    h = Harness(engine)
+    try:
+        [item] = h.submit()
+        [pub] = take_for_dispatch(h.engine, SPEC)
+        getattr(store_jobs, stop)(h.engine, h.item(item).job_id)
+        # When its message arrives
+        h.deliver(pub.item_id, pub.token)
+        # Then the actor did not run, and it is a normal skip: no message_rejected event
+        assert h.calls == 0
+        assert h.events("message_rejected") == []
+        assert h.item(item).state == {"pause": "paused", "cancel": "cancelled"}[stop]
+    finally:
+        h.close()
+
+
 def test_malformed_arguments_are_rejected_before_any_claim(harness: Harness) -> None:
     # Given a pending item
     [item] = harness.submit()
