@@ -186,6 +186,14 @@ def test_console_paging_search_group_retry_lane_pause_and_axe(
         what="the retried photo through both lanes",
     )
     assert st["lanes"]["noop"].get("failed") == 1 and st["lanes"]["analysis"].get("succeeded") == 3
+    # And the noop group's item was never retried (only the analysis group's was, with its next lane)
+    kept = int(noop.locator("li").first.get_attribute("data-item") or 0)
+    retried = {
+        e["item"]
+        for e in http.get("/api/events", params={"job": job}).json()["events"]
+        if e["type"] == "item_retried"
+    }
+    assert retried and kept not in retried
     # When the operator discards the noop group
     noop.locator("button.act-discard").click()
     # Then no failed group is left: the item is skipped (not retried by a retry of the job)
