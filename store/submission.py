@@ -14,6 +14,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from .clock import db_now
+from .dispatch import PRIORITIES
 from .engine import reader
 from .errors import BacklogFull, SubmissionError
 from .events import emit, emit_many
@@ -109,6 +110,7 @@ def submit(
     roots: Sequence[str] = (),
     fingerprint: str | None = None,
     bundle_lanes: Sequence[str] = (),
+    priority: str | None = None,
 ) -> Submitted:
     """Write the job, its photos and its items, in bounded chunks, and return the job id.
 
@@ -123,8 +125,11 @@ def submit(
     that ``status`` shows as ``submitting`` and that can be cancelled. Raises ``BacklogFull``
     (before anything is written) when a lane's unfinished items plus the new ones would exceed the
     lane's backlog bound, ``SubmissionError`` for no photos or lanes, and ``SubmissionCancelled``
-    when the job is cancelled before its last chunk.
+    when the job is cancelled before its last chunk. ``priority``: "interactive" or "normal", or
+    None to let the job's size decide (``store.dispatch``).
     """
+    if priority is not None and priority not in PRIORITIES:
+        raise SubmissionError(f"unknown priority {priority!r}; priorities are: {', '.join(PRIORITIES)}")
     if not lanes:
         raise SubmissionError("a job needs at least one lane")
     if not photos:
@@ -158,6 +163,7 @@ def submit(
                 photos=len(photos),
                 landed=0,
                 submit_touched_at=now,
+                priority=priority,  # None: by its size (store.dispatch.is_interactive_sql)
             )
             .returning(Job.id)
         ).scalar_one()
