@@ -283,10 +283,13 @@ class Client:
         params: Mapping[str, Any] | None = None,
         *,
         plan: Plan | None = None,
+        priority: str | None = None,
     ) -> SubmittedJob:
         """Write the job, its photos and items (in short chunks; see ``store.jobs.submit``) and return
         its id, counts and what the folder scan left out (``skipped``, by reason); raise
-        ``BacklogFull`` past a bound, before anything is written."""
+        ``BacklogFull`` past a bound, before anything is written. ``priority``: "interactive" (goes
+        before the lanes' backlog: a user waiting for an upload), "normal", or None: interactive when
+        it has at most ``PHOTOJOBS_INTERACTIVE_PHOTOS`` (16) photos."""
         plan = plan or self.plan(lanes, paths, params)
         submitted = store_jobs.submit(
             self.engine,
@@ -296,6 +299,7 @@ class Client:
             roots=plan.roots,
             fingerprint=plan.fingerprint,
             bundle_lanes=["archive"] if plan.params.get("archive.bundle", "none") != "none" else [],
+            priority=priority,
         )
         ring_sweepers(self.settings.redis_url)  # dispatched now, not at the next sweep pass
         return SubmittedJob(submitted.job_id, submitted.items, submitted.photos, dict(plan.skipped))
