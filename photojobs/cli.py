@@ -110,12 +110,23 @@ def cli(verbose: int, debug: bool) -> None:
 @click.option(
     "--param", "params", multiple=True, metavar="KEY=VALUE", help="A lane parameter, e.g. exif.rating=5."
 )
+@click.option(
+    "--priority",
+    type=click.Choice(["interactive", "normal"]),
+    default=None,
+    help="interactive: runs before the lanes' queued backlog; normal: waits its turn "
+    "[default: interactive when at most PHOTOJOBS_INTERACTIVE_PHOTOS (16) photos].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print {job, items, skipped} as JSON.")
 @click.argument("paths", nargs=-1, required=True)
-def submit(lanes: str, params: tuple[str, ...], as_json: bool, paths: tuple[str, ...]) -> None:
+def submit(
+    lanes: str, params: tuple[str, ...], priority: str | None, as_json: bool, paths: tuple[str, ...]
+) -> None:
     """Submit a job over PATHS (files or folders, recursed); prints the job id."""
     try:
-        result = _client().submit(parse_lanes(lanes), list(paths), parse_param_pairs(params))
+        result = _client().submit(
+            parse_lanes(lanes), list(paths), parse_param_pairs(params), priority=priority
+        )
     except BacklogFull as exc:
         _fail(str(exc), EX_TEMPFAIL)
     except (InvalidParameter, SubmissionError, ValueError) as exc:
