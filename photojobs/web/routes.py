@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -60,6 +60,11 @@ class JobRequest(BaseModel):
     )
     params: dict[str, Any] = Field(
         default_factory=dict, description='lane parameters, e.g. {"exif.rating": 4}'
+    )
+    priority: Literal["interactive", "normal"] | None = Field(
+        default=None,
+        description="interactive: before the lanes' queued backlog (an upload a user waits for); "
+        "default: interactive when the job has at most 16 photos (PHOTOJOBS_INTERACTIVE_PHOTOS)",
     )
 
     @field_validator("paths")
@@ -203,7 +208,7 @@ def submit(body: JobRequest, request: Request) -> dict[str, Any]:
             untrusted=True,
             diagnostics=diagnostics_on(client.settings.env),
         )
-        done = client.submit(plan.lanes, [], plan=plan)
+        done = client.submit(plan.lanes, [], plan=plan, priority=body.priority)
     except OutsideRoots as exc:
         raise ApiError(403, "outside_roots", str(exc), {"path": exc.path}) from None
     except BacklogFull as exc:
