@@ -14,7 +14,7 @@ from middleware.context import STOP_LOST, ItemContext, Stopped, current, current
 from middleware.cpu_slots import cpu_slot, process_gate
 from middleware.dramatiq_compat import restart_time_limit
 from photos.errors import PhotoError
-from store.lanes import lane_spec
+from store.lanes import INTERACTIVE_PRIORITY, NORMAL_PRIORITY, lane_spec
 
 THROWS = (PhotoError, Stopped)
 log = logging.getLogger("photojobs.lane")
@@ -86,6 +86,17 @@ def lane_actor(name: str) -> Callable[[Callable[[ItemContext], Any]], dramatiq.A
             run,
             actor_name=spec.actor,
             queue_name=spec.queue,
+            priority=NORMAL_PRIORITY,
+            time_limit=int(spec.time_limit * 1000),
+            throws=THROWS,
+        )
+        # The same work for the lane's interactive queue (``store.dispatch``: small or interactive
+        # jobs while the lane is busy), first among the messages a worker has fetched.
+        dramatiq.actor(
+            run,
+            actor_name=spec.interactive_actor,
+            queue_name=spec.interactive_queue,
+            priority=INTERACTIVE_PRIORITY,
             time_limit=int(spec.time_limit * 1000),
             throws=THROWS,
         )

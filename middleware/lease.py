@@ -71,7 +71,7 @@ class LeaseMiddleware(Middleware):
         a transaction of its own."""
         self.locks = locks
         self.specs = specs
-        self.by_actor = {s.actor: s for s in specs.values()}
+        self.by_actor = {a: s for s in specs.values() for a in (s.actor, s.interactive_actor)}
         self.engine_factory = engine_factory
         self.heartbeat_interval = heartbeat_interval
         self._engine: Engine | None = None
@@ -128,7 +128,7 @@ class LeaseMiddleware(Middleware):
         consumers between the two hooks, so an item could be claimed by a worker that the registry
         does not list yet."""
         queues = served_queues(worker)
-        served = [s for s in self.specs.values() if not queues or s.queue in queues] or list(
+        served = [s for s in self.specs.values() if not queues or set(s.queues) & queues] or list(
             self.specs.values()
         )
         self.heartbeat.interval = heartbeat_interval_for(served, self.heartbeat_interval)
@@ -174,7 +174,7 @@ class LeaseMiddleware(Middleware):
         exception: BaseException | None = None,
     ) -> None:
         batch = current_batch()
-        if batch is not None and message.actor_name == batch[0].spec.actor:
+        if batch is not None and self.by_actor.get(message.actor_name) is batch[0].spec:
             disarm_time_limit(broker)  # the finish is not the actor's work: no time limit applies to it
             set_batch(None)
             set_current(None)
@@ -185,7 +185,7 @@ class LeaseMiddleware(Middleware):
             self.top_up(broker, batch[0])
             return
         ctx = peek_current()
-        if ctx is None or message.actor_name != ctx.spec.actor:
+        if ctx is None or self.by_actor.get(message.actor_name) is not ctx.spec:
             return
         disarm_time_limit(broker)
         set_current(None)
@@ -198,12 +198,12 @@ class LeaseMiddleware(Middleware):
     def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.Message) -> None:
         disarm_time_limit(broker)  # the releases below must not be interrupted either
         batch = current_batch()
-        if batch is not None and message.actor_name == batch[0].spec.actor:
+        if batch is not None and self.by_actor.get(message.actor_name) is batch[0].spec:
             set_batch(None)
             for ctx in batch:  # claimed, then skipped by a middleware after this one: none started
                 release(self, ctx, "message skipped before the item started")
         ctx = peek_current()
-        if ctx is not None and message.actor_name == ctx.spec.actor:
+        if ctx is not None and self.by_actor.get(message.actor_name) is ctx.spec:
             set_current(None)
             self.heartbeat.remove(ctx.item_id)
         waiting = self.preclaims.pop(message.message_id)  # skipped before this middleware saw it

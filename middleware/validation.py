@@ -35,7 +35,7 @@ def lane_of(by_actor: dict[str, LaneSpec], message: Any) -> tuple[LaneSpec | Non
     spec = by_actor.get(message.actor_name)
     if spec is None:
         return None, f"unknown lane actor {message.actor_name!r}"
-    if message.queue_name != spec.queue:
+    if message.queue_name != spec.route(message.actor_name == spec.interactive_actor)[0]:
         return spec, f"{spec.name} message arrived on queue {message.queue_name!r}"
     return spec, spec.message_args_valid(list(message.args), message.kwargs) or ""
 

@@ -134,16 +134,18 @@ def build_broker(redis_url: str, middleware: Iterable[dramatiq.Middleware] = ())
     return broker
 
 
-def lane_message(spec: LaneSpec, item_id: int, token: int) -> Message:
-    return batch_message(spec, [Publish(item_id, token, spec.name)])
+def lane_message(spec: LaneSpec, item_id: int, token: int, interactive: bool = False) -> Message:
+    return batch_message(spec, [Publish(item_id, token, spec.name, interactive=interactive)])
 
 
 def batch_message(spec: LaneSpec, items: list[Publish]) -> Message:
     """The lane's message naming ``items`` (``[id, token, id, token, …]``), with the deterministic
-    Redis id the sweeper asks about (``store.dispatch.batch_message_id``)."""
+    Redis id the sweeper asks about (``store.dispatch.batch_message_id``); in the lane's interactive
+    queue, for its interactive actor, when the items are interactive (``Publish.interactive``)."""
+    queue, actor = spec.route(items[0].interactive)
     return Message(
-        queue_name=spec.queue,
-        actor_name=spec.actor,
+        queue_name=queue,
+        actor_name=actor,
         args=tuple(x for p in items for x in (p.item_id, p.token)),
         kwargs={},
         options={"redis_message_id": batch_message_id(items)},
@@ -172,7 +174,7 @@ class RedisPublisher:
             reason = spec.message_args_valid(list(message.args), message.kwargs)
             if reason:  # validated on enqueue as well as on receipt
                 raise ValueError(f"refusing to publish an invalid {spec.name} message: {reason}")
-            encoded.append((spec.queue, message.options["redis_message_id"], message.encode()))
+            encoded.append((message.queue_name, message.options["redis_message_id"], message.encode()))
         if encoded:
             self._enqueue_pipelined(encoded)
 
@@ -197,7 +199,7 @@ class RedisPublisher:
         away by the item's token). One Lua call, whatever the number of items."""
         if not items:
             return set()
-        queues = sorted({self.specs[p.lane].queue for p in items})
+        queues = sorted({q for p in items for q in self.specs[p.lane].queues})
         argv: list[str | int] = [NAMESPACE, int((time.time() - LIVE_WITHIN) * 1000), *queues]
         where: dict[tuple[str, str], int] = {}
         for queue, (waiting, fetched) in zip(queues, self._where(args=argv), strict=True):
@@ -207,9 +209,11 @@ class RedisPublisher:
                         where[(queue, key)] = state
         out: set[str] = set()
         for p in items:
-            w = where.get((self.specs[p.lane].queue, p.message_id), NOWHERE)
+            # in either queue of the lane: a small job's message takes the lane's own queue while
+            # the lane is idle (``store.dispatch``), whatever ``p.interactive`` says now
+            w = {where.get((q, p.message_id), NOWHERE) for q in self.specs[p.lane].queues}
             stranded = p.age >= stranded_after(self.specs[p.lane])
-            if w == WAITING or (w == FETCHED_BY_LIVE and not stranded):
+            if WAITING in w or (FETCHED_BY_LIVE in w and not stranded):
                 out.add(p.message_id)
         return out
 

@@ -12,7 +12,7 @@ def worker_command(lanes: list[str], threads: int, watch: str | None = None) -> 
     """One ``dramatiq actors`` worker process serving ``lanes`` (through :mod:`photojobs.dramatiq_worker`,
     which adds the lifeline to the supervisor); ``watch``: reload when a ``*.py`` under it changes."""
     specs = all_lanes()
-    queues = [specs[n].queue for n in lanes]
+    queues = [q for n in lanes for q in specs[n].queues]
     return [
         sys.executable,
         "-m",

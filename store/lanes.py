@@ -20,6 +20,10 @@ NO_LOCK = ""
 
 QUEUE_PREFIX = "photojobs."
 ACTOR_PREFIX = "lane_"
+INTERACTIVE_SUFFIX = ".interactive"
+# Dramatiq actor priorities (lower runs first among a worker's fetched messages).
+INTERACTIVE_PRIORITY = 0
+NORMAL_PRIORITY = 10
 # The default broker bound's floor: the top-up dispatches when a lane's queue is down to half its
 # bound, so the bound sets the dispatch batch. 2 x threads x processes gave a CPU-bound lane like
 # analysis (2 declared threads) 8 messages, a dispatch transaction and its Redis calls every ~4
@@ -54,6 +58,26 @@ class LaneSpec:
     @property
     def actor(self) -> str:
         return ACTOR_PREFIX + self.name
+
+    # Interactive work (``store.dispatch``: small or interactive jobs while the lane is busy) has a
+    # queue and an actor of its own: not behind the lane's Redis backlog, and before its prefetched
+    # messages in a worker's work queue (the actor's Dramatiq priority, ``INTERACTIVE_PRIORITY``).
+    @property
+    def interactive_queue(self) -> str:
+        return self.queue + INTERACTIVE_SUFFIX
+
+    @property
+    def interactive_actor(self) -> str:
+        return self.actor + "_interactive"
+
+    @property
+    def queues(self) -> tuple[str, str]:
+        """The lane's queues: its own and its interactive one (a worker of the lane consumes both)."""
+        return (self.queue, self.interactive_queue)
+
+    def route(self, interactive: bool) -> tuple[str, str]:
+        """(queue, actor) of a message of the lane."""
+        return (self.interactive_queue, self.interactive_actor) if interactive else (self.queue, self.actor)
 
     fleet_processes: int = 2  # PHOTOJOBS_FLEET_PROCESSES: worker processes in the fleet
 
