@@ -9,12 +9,14 @@ from sqlalchemy.orm import Session
 
 from .clock import db_now
 from .events import emit
+from .lane_control import lane_paused
 from .lanes import LaneSpec
 from .leases import ClaimOutcome, ClaimRefusal
 from .models import CANCELLED, FAILED, PAUSED, PENDING, QUEUED, Item, Job
 from .photo_locks import Conflict, LockRequest
 from .pipeline import item_photo_ids, lock_job, ready_state, skip_successors
 
+CLAIMABLE = (QUEUED, PENDING)  # the states a claim takes an item from (``store.queries.claim_sql``)
 _REFUSAL_OF_STATE = {PAUSED: ClaimRefusal.PAUSED, CANCELLED: ClaimRefusal.CANCELLED}
 
 
@@ -65,7 +67,7 @@ def defer_locked(
     (the message's (item, token) is checked again: another delivery may have moved it on)."""
     with Session(engine) as s, s.begin():
         item = s.execute(select(Item).where(Item.id == item_id).with_for_update()).scalar_one_or_none()
-        if item is None or item.fencing_token != token or item.state not in (QUEUED, PENDING):
+        if item is None or item.fencing_token != token or item.state not in CLAIMABLE:
             reason = f"item {item_id} moved on while its photos were locked"
             return ClaimOutcome(None, reason, refusal=ClaimRefusal.MOVED_ON)
         _defer(
@@ -98,13 +100,16 @@ def not_claimed(engine: Engine, spec: LaneSpec, item_id: int, token: int, worker
         if item.fencing_token != token:
             reason = f"stale token {token}: item {item_id} is at token {item.fencing_token}"
             return ClaimOutcome(None, reason, refusal=ClaimRefusal.STALE_TOKEN)
-        if item.state not in (QUEUED, PENDING):
+        if item.state not in CLAIMABLE:
             refusal = _REFUSAL_OF_STATE.get(item.state, ClaimRefusal.NOT_CLAIMABLE)
             return ClaimOutcome(None, f"item {item_id} is {item.state}, not claimable", refusal=refusal)
         if submitting:  # the dispatcher passes such jobs over; a stray message waits too
             _defer(s, item, worker, 1.0, {"reason": "job still being submitted"})
             reason = f"job {item.job_id} is still being submitted"
             return ClaimOutcome(None, reason, True, refusal=ClaimRefusal.SUBMITTING)
+        if lane_paused(s, item.lane):  # the dispatcher sends it again after the resume
+            _defer(s, item, worker, 1.0, {"reason": "lane paused"})
+            return ClaimOutcome(None, f"lane {item.lane} is paused", True, refusal=ClaimRefusal.LANE_PAUSED)
     return None
 
 
@@ -155,7 +160,7 @@ def claim_failed(
             return None
         lock_job(s, job_id)
         item = s.execute(select(Item).where(Item.id == item_id).with_for_update()).scalar_one_or_none()
-        if item is None or item.fencing_token != token or item.state not in (QUEUED, PENDING):
+        if item is None or item.fencing_token != token or item.state not in CLAIMABLE:
             return None
         if not counts and item.error != message:
             _defer(

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from .clock import db_now
 from .errors import UnknownJob
 from .events import emit, emit_many
-from .models import CANCEL, CANCELLED, PAUSE, PAUSED, PENDING, QUEUED, WAITING, Item, Job
+from .models import CANCEL, CANCELLED, NOT_STARTED, PAUSE, PAUSED, PENDING, QUEUED, Item, Job
 
 
 def _set_items(
@@ -68,9 +68,7 @@ def cancel(engine: Engine, job_id: int) -> int:
     s, job = _control(engine, job_id)
     with s:
         job.control = CANCEL
-        n = _set_items(
-            s, job_id, (WAITING, PENDING, QUEUED, PAUSED), CANCELLED, "item_cancelled", "job cancelled"
-        )
+        n = _set_items(s, job_id, NOT_STARTED, CANCELLED, "item_cancelled", "job cancelled")
         emit(s, "job_cancel_requested", job_id=job_id, detail={"cancelled_now": n})
         s.commit()
     return n

@@ -55,8 +55,9 @@ def sql_now(dialect: str) -> str:
 def claim_sql(dialect: str) -> TextualSelect:
     """Claim = one compare-and-set: queued/pending -> running with token and attempt bumped and the
     lease from the database clock, for the message's (item, token) of this lane, unless the job is
-    still being submitted; it returns what the lease needs (the photo's current path, the job's
-    parameters). No row: not claimable (``store.claims.claim`` then says why)."""
+    still being submitted or the lane is paused (``store.lane_control``); it returns what the lease
+    needs (the photo's current path, the job's parameters). No row: not claimable
+    (``store.claims.claim`` then says why)."""
     now = sql_now(dialect)
     return text(
         f"""
@@ -66,6 +67,8 @@ def claim_sql(dialect: str) -> TextualSelect:
         WHERE id = :item_id AND fencing_token = :token AND lane = :lane
             AND state IN ('queued', 'pending')
             AND NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.id = items.job_id AND jobs.submitting)
+            AND NOT EXISTS (SELECT 1 FROM lane_control WHERE lane_control.lane = :lane
+                            AND lane_control.paused_at IS NOT NULL)
         RETURNING job_id, position, photo_id, attempt, fencing_token, checkpoint,
             (SELECT photos.path FROM photos WHERE photos.id = items.photo_id) AS photo_path,
             (SELECT jobs.params FROM jobs WHERE jobs.id = items.job_id) AS params,
@@ -179,9 +182,6 @@ def next_pending_job_sql(dialect: str) -> TextualSelect:
         .bindparams(_LANE, bindparam("after", type_=Integer))
         .columns(column("lane", String), column("state", String), column("job_id", Integer))
     )
-
-
-JOB_DISPATCHABLE = text("SELECT control, submitting FROM jobs WHERE id = :job_id")
 
 
 @cache
