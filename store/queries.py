@@ -1,14 +1,17 @@
-# ruff: noqa: S608 - every statement here is text built once per process from constant fragments (the
-# dialect's clock expression, fixed column lists and clauses); every value is a bound parameter.
-"""Every protocol statement, named and described in one place (the per-item path as text per dialect).
+"""The protocol's named statements: the per-item path as text per dialect, and the shared ORM builders.
 
 Why text and not ORM/Core expressions here: building an expression, generating its cache key and
 loading ORM entities cost ~2–3 ms of CPU per transaction — more than the database's own work. These
 statements are parsed by SQLAlchemy once per process (``text`` caches on its string) and carry
 every protocol check in their ``WHERE`` clauses, so a claim or a finish is one ``UPDATE …
 RETURNING`` plus its event row. The protocol is unchanged: the same compare-and-set on (item id,
-fencing token, state), the database clock, the same events.
+fencing token, state), the database clock, the same events. The pipeline's statements that a
+query-plan test also explains (``successors_query``, ``unfinished_in_lane``) are ORM builders here;
+a statement used once stays beside its one caller, inside its documented function.
 """
+
+# ruff: noqa: S608 - every statement here is text built once per process from constant fragments (the
+# dialect's clock expression, fixed column lists and clauses); every value is a bound parameter.
 
 from __future__ import annotations
 
