@@ -45,6 +45,7 @@ class ClaimRefusal(enum.Enum):
     CANCELLED = "cancelled"  # its job cancelled it
     NOT_CLAIMABLE = "not_claimable"  # any other state: waiting, running, ended
     SUBMITTING = "submitting"  # deferred: its job is still being submitted
+    LANE_PAUSED = "lane_paused"  # deferred: its lane is paused (store.lane_control)
     LOCKED = "locked"  # deferred: a photo of it is locked by other work
     MOVED_ON = "moved_on"  # it moved on while its photos were locked
     CHANGED = "changed"  # it changed between the claim and the second look, twice
