@@ -350,7 +350,7 @@ class Client:
         self, *, state: str | None = None, limit: int = 20, after: int | None = None
     ) -> tuple[list[store_jobs.JobStatus], int | None]:
         """Jobs newest first, a page of ``limit``; pass the returned cursor as ``after`` for the next."""
-        return store_listing.list_jobs(self.engine, state=state, limit=limit, after=after)
+        return store_console.find_jobs(self.engine, state=state, limit=limit, after=after)
 
     def items(
         self,
