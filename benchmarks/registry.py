@@ -30,6 +30,7 @@ MODULES = (
     "benchmarks.locks",
     "benchmarks.analysis",
     "benchmarks.scale",
+    "benchmarks.priority",
 )
 
 FIRST = ("goals", "shapes")  # run (and listed) first, whatever the import order
