@@ -40,7 +40,7 @@ from typing import Any
 from sqlalchemy import Engine, event
 
 ENV = "PHOTOJOBS_LOCKDEP"
-ORDER = ("jobs", "items", "photos", "intents", "photo_locks")
+ORDER = ("jobs", "items", "photos", "intents", "photo_locks", "counters")
 RANK = {t: i for i, t in enumerate(ORDER)}
 _KEY = "photojobs_lockdep"
 

@@ -58,7 +58,7 @@ def test_an_item_then_its_job_is_caught(checked: tuple[Engine, str]) -> None:
     assert len(found) == 1
     assert found[0]["problems"] == [
         "table order: FOR SHARE on jobs while holding rows of items (the order is "
-        "jobs -> items -> photos -> intents -> photo_locks)"
+        "jobs -> items -> photos -> intents -> photo_locks -> counters)"
     ]
     assert "FROM items" in found[0]["transaction"][0] and "FROM jobs" in found[0]["transaction"][1]
     assert any("test_lockdep.py" in line for line in found[0]["stack"])
