@@ -5,6 +5,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# make test runs the suite on pytest-xdist workers, each with its own Redis, PostgreSQL template,
+# lockdep folder and tmp dir (tests/conftest.py). Most of a process test's time is spent waiting
+# for its worker fleet, so more workers than cores pay off; worksteal rebalances the long process
+# tests that pile up at the end. PYTEST_XDIST= (empty) runs serially; -n0 in PYTEST_ARGS does too.
+PYTEST_XDIST ?= -n 4 --dist worksteal
 
 .PHONY: venv demo test lint unit chaos scale bench clean
 
@@ -20,7 +25,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 test: $(STAMP) lint
-	$(PY) -m pytest -q -m "not slow" --maxfail=10 --durations=20 $(PYTEST_ARGS) || { rc=$$?; [ $$rc -ne 5 ] || \
+	$(PY) -m pytest -q -m "not slow" --maxfail=10 --durations=20 $(PYTEST_XDIST) $(PYTEST_ARGS) || { rc=$$?; [ $$rc -ne 5 ] || \
 	  echo "make test: pytest collected no tests (exit 5); check PYTEST_ARGS" >&2; exit $$rc; }
 
 unit: $(STAMP)
