@@ -1,8 +1,8 @@
-"""Batch messages (``middleware.lease`` + ``middleware.batch``): one lane message names several items,
-claimed in one transaction, run in turn by the lane's own actor (``actors.lane``), finished in one
-transaction — each item keeping its own lease, fence, outcome, stop requests and time limit. With
-Dramatiq's StubBroker, one worker thread and a real SQLite store (the process tests and chaos runs
-use batches too: they are on for the noop and analysis lanes)."""
+"""Batch messages (``middleware.claiming``, ``middleware.finishing`` + ``middleware.batch``): one
+lane message names several items, claimed in one transaction, run in turn by the lane's own actor
+(``actors.lane``), finished in one transaction — each item keeping its own lease, fence, outcome,
+stop requests and time limit. With Dramatiq's StubBroker, one worker thread and a real SQLite store
+(the process tests and chaos runs use batches too: they are on for the noop and analysis lanes)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Chained claims (``middleware.lease``): a successful finish also claims the next message waiting in
-the worker's work queue, in the same write transaction. With Dramatiq's StubBroker, one worker
-thread and a real SQLite store (every process test and chaos run uses them too: they are on by
-default)."""
+"""Chained claims (``middleware.finishing``, ``middleware.preclaims``): a successful finish also
+claims the next message waiting in the worker's work queue, in the same write transaction. With
+Dramatiq's StubBroker, one worker thread and a real SQLite store (every process test and chaos run
+uses them too: they are on by default)."""
 
 from __future__ import annotations
 
