@@ -1,8 +1,10 @@
 """The item protocol's public functions, re-exported from the modules that implement them.
 
-Claims live in ``store.claims`` (and ``store.claim_refusals``), the lease and claim outcome types in
-``store.leases``, finishing in ``store.finishing``, the pipeline (next lanes, bundles, successors)
-in ``store.pipeline``, every protocol statement in ``store.queries``. Lock order, on every path:
+Where each part lives: claims (alone, batch, chained) in ``store.claims``; why a claim took
+nothing (``ClaimRefusal``), deferrals and failed claims in ``store.claim_refusals``; ``Lease``,
+``ClaimOutcome``, renewals and checkpoints in ``store.leases``; succeed / fail / stop and the
+photo-lock release in ``store.finishing``; job control reads, an item's photos, the next lanes and
+bundles in ``store.pipeline``; the named statements in ``store.queries``. Lock order, on every path:
 job -> item -> photo -> intent -> photo-lock rows (``docs/design.md``). New code imports from the
 implementing module; this one keeps existing callers working.
 """
