@@ -123,6 +123,14 @@ class Item(Base):
         Index("ix_items_lease", "state", "lease_expires_at"),
         Index("ix_items_job_photo", "job_id", "photo_id", "position"),
         Index("ix_items_job_state", "job_id", "lane", "state"),
+        # The console's state filter (revision 0010): settled items that no claim or success touches.
+        Index(
+            "ix_items_settled_job",
+            "state",
+            "job_id",
+            postgresql_where=text("items.state IN ('failed', 'skipped', 'cancelled', 'paused')"),
+            sqlite_where=text("items.state IN ('failed', 'skipped', 'cancelled', 'paused')"),
+        ),
     )
 
 
