@@ -51,7 +51,7 @@ class ClaimRefusal(enum.Enum):
     CHANGED = "changed"  # it changed between the claim and the second look, twice
 
 
-# Refusals of an item its job stopped: its message is skipped quietly (``middleware.lease``).
+# Refusals of an item its job stopped: its message is skipped quietly (``middleware.claiming``).
 JOB_STOPPED = frozenset({ClaimRefusal.PAUSED, ClaimRefusal.CANCELLED})
 
 
