@@ -153,12 +153,12 @@ def can_chain_claims(engine: Engine) -> bool:
 def claim_chained(
     s: Session, spec: LaneSpec, item_id: int, token: int, worker: str, request: LockRequest | None
 ) -> Lease | None:
-    """The claim of ``claim``, made inside another transaction: the finish of the item the same
-    worker thread just ran (``middleware.finishing`` and ``middleware.preclaims``: chained claims), so one write transaction ends
-    one item and starts the next. The same compare-and-set, lock request and ``item_claimed``
-    event, in a savepoint: None — and nothing of it written, the finish unharmed — when the item is
-    not claimable now, a photo is locked, or the claim raised (logged; a deadlock the database
-    broke, a bug); the message's own claim then runs and says why."""
+    """The claim of ``claim``, made inside another transaction: the finish of the item the same worker
+    thread just ran (chained claims: ``middleware.finishing``, ``middleware.preclaims``), so one write
+    transaction ends one item and starts the next. The same compare-and-set, lock request and
+    ``item_claimed`` event, in a savepoint: None — and nothing of it written, the finish unharmed — when
+    the item is not claimable now, a photo is locked, or the claim raised (logged; a deadlock the
+    database broke, a bug); the message's own claim then runs and says why."""
     try:
         with s.begin_nested():
             return _claim_in(s.connection(), spec, item_id, token, worker, request)
