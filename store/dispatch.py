@@ -290,7 +290,7 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
 
     Jobs that are paused, cancelled or still being submitted are passed over; a paused lane
     (``store.lane_control``) gets nothing. The hot statements are the prebuilt ones of
-    ``store.statements`` (no expression building per call).
+    ``store.queries`` (no expression building per call).
     """
     bound = spec.item_bound if bound is None else bound
     lane = spec.name

@@ -1,7 +1,7 @@
 """Lanes paused across all jobs: stored (revision 0008), so a pause survives restarts; events record it.
 
 A paused lane: the dispatcher publishes nothing for it (``store.dispatch.take_for_dispatch``) and a
-claim of its items refuses (``store.statements.claim_sql``); the claim's second look defers such an
+claim of its items refuses (``store.queries.claim_sql``); the claim's second look defers such an
 item back to ``pending`` (``store.items._not_claimed``), so it is dispatched again after the resume.
 Items already running finish.
 """
