@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -11,7 +10,7 @@ import dramatiq
 
 from middleware.batch import run_batch
 from middleware.context import STOP_LOST, ItemContext, Stopped, current, current_batch
-from middleware.cpu_slots import cpu_slot, process_gate
+from middleware.cpu_slots import SlotGate, cpu_slot, process_gate
 from middleware.dramatiq_compat import restart_time_limit
 from photos.errors import PhotoError
 from store.lanes import INTERACTIVE_PRIORITY, NORMAL_PRIORITY, lane_spec
@@ -25,7 +24,7 @@ def in_a_cpu_slot(
     fn: Callable[[ItemContext], Any],
     *,
     alone: bool,
-    gate: threading.BoundedSemaphore | None = None,
+    gate: SlotGate | None = None,
 ) -> Any:
     """``fn(ctx)``, in one of the process's CPU slots when the lane is CPU-bound
     (``middleware.cpu_slots``). An item claimed ``alone`` (not from a batch message, whose items the

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from dramatiq.middleware import CurrentMessage
 from sqlalchemy import Engine
 
 from store.fencing import FencedSession, fenced
@@ -71,6 +72,14 @@ class ItemContext:
     @property
     def attempt(self) -> int:
         return self.lease.attempt
+
+    @property
+    def interactive(self) -> bool:
+        """Whether the item came in its lane's interactive message (``LaneSpec.interactive_actor``:
+        a small or interactive job, ``store.dispatch``), read from this thread's current message
+        (Dramatiq's ``CurrentMessage`` middleware; the item runs in the thread that claimed it)."""
+        message = CurrentMessage.get_current_message()
+        return message is not None and message.actor_name == self.spec.interactive_actor
 
     @property
     def saved_checkpoint(self) -> dict[str, Any] | None:

@@ -9,6 +9,11 @@ its actor's work; its claim and its finish stay outside, so one thread's store w
 thread's decoding. While it waits for a slot it holds its lease (renewed by the heartbeat as ever)
 and looks at its stop requests: a cancelled, paused or lost item stops waiting at once.
 
+Interactive items first (issue 24): while an item of a lane's interactive message
+(``ItemContext.interactive``) waits for a slot, no other item takes one; a batch thread that releases
+its slot after each item and asks again at once no longer starves the interactive item for a whole
+batch. Interactive items take turns among themselves.
+
 ``photojobs worker`` and ``photojobs run`` set ``PHOTOJOBS_CPU_SLOTS`` to the usable cores divided by
 their worker processes (at least 1); a bare ``dramatiq actors`` process defaults to its usable cores.
 """
@@ -16,7 +21,7 @@ their worker processes (at least 1); a bare ``dramatiq actors`` process defaults
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from store.lanes import cpu_slots
@@ -26,29 +31,84 @@ from .context import ItemContext
 WAIT_STEP = 0.1  # seconds between looks at the item's stop requests while it waits for a slot
 
 _lock = threading.Lock()
-_gate: threading.BoundedSemaphore | None = None
+_gate: SlotGate | None = None
 
 
-def process_gate() -> threading.BoundedSemaphore:
+class SlotGate:
+    """A process's CPU slots: a bounded semaphore whose interactive waiters go first."""
+
+    def __init__(self, slots: int) -> None:
+        if slots < 1:
+            raise ValueError("a gate needs at least one slot")
+        self.slots = slots
+        self._free = slots
+        self._interactive_waiting = 0
+        self._cond = threading.Condition(threading.Lock())
+
+    def _may_take(self, interactive: bool) -> bool:
+        return self._free > 0 and (interactive or self._interactive_waiting == 0)
+
+    def take(
+        self, *, interactive: bool, check: Callable[[], None] = lambda: None, step: float = WAIT_STEP
+    ) -> None:
+        """Wait for a slot and take it; an ``interactive`` waiter keeps every other one waiting
+        until it has its slot. ``check()`` every ``step`` seconds while waiting: what it raises
+        ends the wait without a slot."""
+        with self._cond:
+            if interactive:
+                self._interactive_waiting += 1
+            try:
+                while not self._cond.wait_for(lambda: self._may_take(interactive), step):
+                    check()
+                self._free -= 1
+            finally:
+                if interactive:
+                    self._interactive_waiting -= 1
+                    if self._interactive_waiting == 0:
+                        self._cond.notify_all()  # normal waiters may take the free slots now
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        """A normal item's slot, like ``threading.Semaphore.acquire``: False when none is free
+        (or an interactive item waits for one) within ``timeout``."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._may_take(False), timeout if blocking else 0):
+                return False
+            self._free -= 1
+            return True
+
+    def release(self) -> None:
+        with self._cond:
+            if self._free >= self.slots:
+                raise ValueError("a CPU slot released more often than taken")
+            self._free += 1
+            self._cond.notify_all()
+
+    def waiting_interactive(self) -> int:
+        """How many interactive items wait for a slot now."""
+        with self._cond:
+            return self._interactive_waiting
+
+
+def process_gate() -> SlotGate:
     """This process's slots (``PHOTOJOBS_CPU_SLOTS``, read once; checked at start by
     ``photojobs.config.Settings.from_env``)."""
     global _gate
     with _lock:
         if _gate is None:
-            _gate = threading.BoundedSemaphore(cpu_slots())
+            _gate = SlotGate(cpu_slots())
         return _gate
 
 
 @contextmanager
-def cpu_slot(ctx: ItemContext, gate: threading.BoundedSemaphore | None = None) -> Iterator[None]:
+def cpu_slot(ctx: ItemContext, gate: SlotGate | None = None) -> Iterator[None]:
     """Hold one of the process's CPU slots (``gate``) while the body runs, when the item's lane is
-    CPU-bound; raise ``Stopped`` instead of waiting on when the item must stop."""
+    CPU-bound, an interactive item before the others; raise ``Stopped`` instead of waiting on when
+    the item must stop."""
     if not ctx.spec.cpu_bound:
         yield
         return
     gate = gate or process_gate()
-    while not gate.acquire(timeout=WAIT_STEP):
-        ctx.check()
+    gate.take(interactive=ctx.interactive, check=ctx.check)
     try:
         yield
     finally:

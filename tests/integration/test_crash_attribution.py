@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from actors.lane import in_a_cpu_slot
 from middleware.context import ItemContext, Stopped
+from middleware.cpu_slots import SlotGate
 from store import items as store_items
 from store import jobs as store_jobs
 from store.clock import db_now
@@ -107,7 +108,7 @@ class WaitingForASlot:
         assert lease is not None
         self.item_id = lease.item_id
         self.ctx = ItemContext(lease=lease, spec=CPU, engine=engine, worker="doomed")
-        self.gate = threading.BoundedSemaphore(1)
+        self.gate = SlotGate(1)
         assert self.gate.acquire(blocking=False)  # the slot is taken
         self.started, self.go_on = threading.Event(), threading.Event()
         self.outcome: list[object] = []

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from middleware.context import STOP_CANCEL, ItemContext, Stopped
-from middleware.cpu_slots import cpu_slot
+from middleware.cpu_slots import SlotGate, cpu_slot
 from photojobs.cli_support import worker_env
 from store.errors import ConfigError
 from store.items import Lease
@@ -26,7 +26,7 @@ def _ctx(spec: Any, item_id: int) -> ItemContext:
 
 
 def _run_together(
-    spec: Any, gate: threading.BoundedSemaphore, inside: Any
+    spec: Any, gate: SlotGate, inside: Any
 ) -> tuple[int, list[BaseException]]:
     """THREADS items of ``spec`` released at once by a barrier; the most found inside at once."""
     start = threading.Barrier(THREADS)
@@ -58,7 +58,7 @@ def _run_together(
 
 def test_cpu_bound_items_take_turns_in_the_slots() -> None:
     # Given one CPU slot and three analysis items started at the same moment, each working a while
-    gate = threading.BoundedSemaphore(1)
+    gate = SlotGate(1)
     work_done = threading.Event()
 
     # When they run
@@ -71,7 +71,7 @@ def test_cpu_bound_items_take_turns_in_the_slots() -> None:
 
 def test_other_lanes_are_not_held_back_by_the_slots() -> None:
     # Given one CPU slot and three upload items that can only finish once all three are inside
-    gate = threading.BoundedSemaphore(1)
+    gate = SlotGate(1)
     all_inside = threading.Barrier(THREADS)
 
     # When they run
@@ -84,7 +84,7 @@ def test_other_lanes_are_not_held_back_by_the_slots() -> None:
 
 def test_a_stopped_item_stops_waiting_for_a_slot_and_takes_none() -> None:
     # Given the only slot taken by one analysis item, and a second one waiting for it
-    gate = threading.BoundedSemaphore(1)
+    gate = SlotGate(1)
     gate.acquire()
     waiting = _ctx(ANALYSIS, 2)
     outcome: list[BaseException | None] = []
