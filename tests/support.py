@@ -21,7 +21,12 @@ from sqlalchemy.orm import Session
 
 from photojobs.api import Client
 from photojobs.cli_support import worker_command, worker_env
+from photos import fileops
+from store import intents as store_intents
+from store import items as store_items
+from store.fencing import fenced
 from store.jobs import PhotoInput
+from store.lanes import LaneSpec
 from store.models import Event, Item
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -285,6 +290,30 @@ def run_job(
 def photo_inputs(folder: Path, n: int, size: int = 1) -> list[PhotoInput]:
     """``n`` submission inputs ``folder/p0.jpg`` ... (the files need not exist for store tests)."""
     return [PhotoInput(str(folder / f"p{i}.jpg"), size) for i in range(n)]
+
+
+def record_staged_edit(
+    engine: Engine, spec: LaneSpec, item_id: int, photo: Path, worker: str = "doomed"
+) -> tuple[store_items.Lease, Path, int]:
+    """Claim item ``item_id`` and record a staged edit of ``photo`` (an intent, not applied), as an
+    attempt does before it dies: its lease, the staged file and the intent's id."""
+    lease = store_items.claim(engine, spec, item_id, 0, worker).lease
+    assert lease is not None
+    staged = fileops.staged_path(photo, f"i{item_id}-t{lease.token}")
+    staged.write_bytes(b"EDITED")
+    with fenced(engine, item_id, lease.token) as s:
+        intent = store_intents.record(
+            s,
+            lease,
+            kind="replace",
+            staged=str(staged),
+            target=str(photo),
+            source=str(photo),
+            sha256=fileops.sha256_file(staged),
+            base_sha256=fileops.sha256_file(photo),
+            worker=worker,
+        )
+    return lease, staged, intent
 
 
 def waiting_for_a_lock(engine: Engine) -> int:

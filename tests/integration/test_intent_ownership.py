@@ -14,11 +14,10 @@ from photos import fileops
 from store import intents as store_intents
 from store import items as store_items
 from store import jobs as store_jobs
-from store.fencing import fenced
 from store.lanes import lane_spec
 from store.models import Intent, Item, Photo, PhotoLock
 from store.sweeper import revoke_expired
-from tests.support import wait_for
+from tests.support import record_staged_edit, wait_for
 
 EXIF = replace(lane_spec("exif", env={}), lease_ttl=0.05)
 RENAME = lane_spec("rename", env={})
@@ -42,23 +41,7 @@ def _record_edit(engine: Engine, photo: Path) -> tuple[store_items.Lease, Path, 
     """Claim the exif item and record a staged edit of ``photo``, as an attempt does before it dies."""
     job = _job(engine, EXIF, photo, [str(photo.parent)])
     item = _item(engine, job)
-    lease = store_items.claim(engine, EXIF, item.id, 0, "doomed").lease
-    assert lease is not None
-    staged = fileops.staged_path(photo, f"i{item.id}-t{lease.token}")
-    staged.write_bytes(b"EDITED")
-    with fenced(engine, item.id, lease.token) as s:
-        intent = store_intents.record(
-            s,
-            lease,
-            kind="replace",
-            staged=str(staged),
-            target=str(photo),
-            source=str(photo),
-            sha256=fileops.sha256_file(staged),
-            base_sha256=fileops.sha256_file(photo),
-            worker="doomed",
-        )
-    return lease, staged, intent
+    return record_staged_edit(engine, EXIF, item.id, photo)
 
 
 def test_revoked_lease_passes_the_photo_lock_to_the_intent(engine: Engine, tmp_path: Path) -> None:

@@ -27,17 +27,15 @@ from photojobs.maintenance import (
 )
 from photojobs.sweeper_service import Sweeper
 from photos import fileops
-from store import intents as store_intents
 from store import items as store_items
 from store import jobs as store_jobs
 from store import workers as store_workers
 from store.clock import db_now
 from store.dispatch import Publish, take_for_dispatch
-from store.fencing import fenced
 from store.lanes import lane_spec
 from store.models import Event, Intent, Item, Worker
 from store.sweeper import revoke_expired
-from tests.support import items_of
+from tests.support import items_of, record_staged_edit
 
 NOOP = replace(lane_spec("noop", env={}), max_attempts=2, threads=1, fleet_processes=1, batch=16)
 EXIF = lane_spec("exif", env={})
@@ -105,22 +103,7 @@ def test_the_settle_service_settles_the_intent_of_a_stopped_item(engine: Engine,
     inputs = [store_jobs.PhotoInput(str(photo), 4)]
     job = store_jobs.submit(engine, [EXIF], inputs, roots=[str(tmp_path)]).job_id
     [item] = items_of(engine, job)
-    lease = store_items.claim(engine, EXIF, item.id, 0, "doomed").lease
-    assert lease is not None
-    staged = fileops.staged_path(photo, f"i{item.id}-t{lease.token}")
-    staged.write_bytes(b"EDITED")
-    with fenced(engine, item.id, lease.token) as s:
-        intent = store_intents.record(
-            s,
-            lease,
-            kind="replace",
-            staged=str(staged),
-            target=str(photo),
-            source=str(photo),
-            sha256=fileops.sha256_file(staged),
-            base_sha256=fileops.sha256_file(photo),
-            worker="doomed",
-        )
+    _lease, staged, intent = record_staged_edit(engine, EXIF, item.id, photo)
     store_jobs.cancel(engine, job)
     _expire_leases(engine)
     assert revoke_expired(engine, {"exif": EXIF})[0] == 1
