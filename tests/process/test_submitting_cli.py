@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 from sqlalchemy import Engine
@@ -13,19 +12,11 @@ from sqlalchemy import Engine
 from store import jobs as store_jobs
 from store import submission as store_submission
 from store.lanes import lane_spec
-from tests.support import ROOT
+from tests.support import photojobs as run_photojobs
 
 
 def photojobs(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PHOTOJOBS_DATABASE_URL": db_url}
-    return subprocess.run(
-        [sys.executable, "-m", "photojobs", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_photojobs({**os.environ, "PHOTOJOBS_DATABASE_URL": db_url}, *args)
 
 
 def test_status_shows_a_stalled_submission_and_cancel_ends_it(
