@@ -14,14 +14,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, func, insert, select, text
 from sqlalchemy.orm import Session
 
 from .clock import db_now
 from .engine import reader
-from .models import Event
+from .models import Event, Item
+
+if TYPE_CHECKING:
+    from .leases import Lease
 
 EVENT_SEQUENCER_LOCK = 0x70686F746F  # "photo"
 MAX_BATCH = 5000  # events numbered per transaction (SQLite: the write lock is held meanwhile)
@@ -54,6 +57,54 @@ def emit(
             detail=detail,
             at=db_now(),
         )
+    )
+
+
+def emit_for_lease(
+    session: Session | Connection,
+    type: str,
+    lease: Lease,
+    worker: str | None,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    """Record one event of the attempt ``lease`` holds (its job, item, photo, lane, attempt, token)."""
+    emit(
+        session,
+        type,
+        job_id=lease.job_id,
+        item_id=lease.item_id,
+        photo_id=lease.photo_id,
+        lane=lease.lane,
+        attempt=lease.attempt,
+        token=lease.token,
+        worker=worker,
+        detail=detail,
+    )
+
+
+def emit_for_item(
+    session: Session | Connection,
+    type: str,
+    item: Item,
+    worker: str | None,
+    detail: dict[str, Any] | None = None,
+    *,
+    attempt: int | None = None,
+    token: int | None = None,
+) -> None:
+    """Record one event of ``item`` as its row reads (its job, photo, lane, attempt and fencing
+    token; ``attempt`` and ``token`` when given instead, for a change the row does not show yet)."""
+    emit(
+        session,
+        type,
+        job_id=item.job_id,
+        item_id=item.id,
+        photo_id=item.photo_id,
+        lane=item.lane,
+        attempt=item.attempt if attempt is None else attempt,
+        token=item.fencing_token if token is None else token,
+        worker=worker,
+        detail=detail,
     )
 
 

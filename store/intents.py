@@ -30,7 +30,7 @@ from photos import fileops, recovery
 
 from .clock import db_now
 from .engine import reader
-from .events import emit
+from .events import emit, emit_for_lease
 from .fencing import lock_fence
 from .leases import Lease
 from .models import (
@@ -148,17 +148,12 @@ def record(
             ).scalar_one()
     except IntegrityError as exc:  # the unique index on live targets
         raise TargetTaken(target) from exc
-    emit(
+    emit_for_lease(
         s,
         "intent_recorded",
-        job_id=lease.job_id,
-        item_id=lease.item_id,
-        photo_id=lease.photo_id,
-        lane=lease.lane,
-        attempt=lease.attempt,
-        token=lease.token,
-        worker=worker,
-        detail={"intent": intent_id, "kind": kind, "target": target, "staged": staged},
+        lease,
+        worker,
+        {"intent": intent_id, "kind": kind, "target": target, "staged": staged},
     )
     return intent_id
 
@@ -187,17 +182,12 @@ def settle(
         note = f"{note or state}; {_NAMED_ELSEWHERE.format(path=photo_path)}"
         photo_path = None
     s.execute(update(Intent).where(Intent.id == intent_id, Intent.state == RECORDED).values(state=state))
-    emit(
+    emit_for_lease(
         s,
         f"intent_{state}",
-        job_id=lease.job_id,
-        item_id=lease.item_id,
-        photo_id=lease.photo_id,
-        lane=lease.lane,
-        attempt=lease.attempt,
-        token=lease.token,
-        worker=worker,
-        detail={
+        lease,
+        worker,
+        {
             "intent": intent_id,
             **({"note": note} if note else {}),
             **({"path": photo_path} if photo_path else {}),

@@ -17,7 +17,7 @@ from store.lanes import LaneSpec
 
 from .clock import db_now
 from .dispatch import ALONE
-from .events import emit
+from .events import emit_for_item
 from .finishing import release_locks
 from .leases import WAITING_ALONE
 from .models import FAILED, RUNNING, Item, Job
@@ -126,36 +126,23 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
                 continue
             held_by = release_locks(s, item.id)
             revoked += 1
-            emit(
+            emit_for_item(
                 s,
                 "lease_expired",
-                job_id=item.job_id,
-                item_id=item.id,
-                photo_id=item.photo_id,
-                lane=item.lane,
-                attempt=attempt,
-                token=old_token + 1,
-                worker=owner,
-                detail={
+                item,
+                owner,
+                {
                     "old_token": old_token,
                     "state": state,
                     "charged": charged,
                     **({"locks_held_by_intent": held_by} if held_by is not None else {}),
                 },
+                attempt=attempt,
+                token=old_token + 1,
             )
             if exhausted:
                 quarantined += 1
-                emit(
-                    s,
-                    "item_failed",
-                    job_id=item.job_id,
-                    item_id=item.id,
-                    photo_id=item.photo_id,
-                    lane=item.lane,
-                    attempt=item.attempt,
-                    token=old_token + 1,
-                    detail={"error": error},
-                )
+                emit_for_item(s, "item_failed", item, None, {"error": error}, token=old_token + 1)
                 skip_successors(
                     s,
                     item.job_id,
