@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import platform
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import dramatiq
@@ -31,6 +31,15 @@ LANE_COUNTERS = (
     ("photojobs_stale_commits", "stale_commit_rejected", "Commits refused by the fence (a stale lease)"),
     ("photojobs_messages_rejected", "message_rejected", "Broker messages rejected (malformed or unknown)"),
 )
+
+
+def _gauge(name: str, help_: str, labels: list[str], samples: Mapping[Any, float]) -> GaugeMetricFamily:
+    """A gauge of one sample per key of ``samples`` (its label values: a string, or a tuple of
+    them in the order of ``labels``), in key order."""
+    gauge = GaugeMetricFamily(name, help_, labels=labels)
+    for key, value in sorted(samples.items()):
+        gauge.add_metric(list(key) if isinstance(key, tuple) else [key], value)
+    return gauge
 
 
 class StoreCollector(Collector):
@@ -77,12 +86,7 @@ class StoreCollector(Collector):
             for state in ALL_STATES:
                 items.add_metric([lane, state], snap.items.get((lane, state), 0))
         yield items
-        jobs = GaugeMetricFamily(
-            "photojobs_jobs_active", "Jobs with unfinished items, by state", labels=["state"]
-        )
-        for state, n in sorted(snap.jobs.items()):
-            jobs.add_metric([state], n)
-        yield jobs
+        yield _gauge("photojobs_jobs_active", "Jobs with unfinished items, by state", ["state"], snap.jobs)
 
     def _lanes(self, snap: listing.MetricsSnapshot, known: list[str]) -> Iterator[Any]:
         lanes = sorted({lane for lane, _ in snap.items} | set(snap.throughput) | set(known))
@@ -114,38 +118,29 @@ class StoreCollector(Collector):
         yield backlog
         yield bound
         yield throughput
-        lane_depth = GaugeMetricFamily(
+        yield _gauge(
             "photojobs_lane_depth",
             "A lane's items waiting for dispatch (pending), in the broker (queued) and leased (running)",
-            labels=["lane", "state"],
+            ["lane", "state"],
+            snap.depth,
         )
-        for (lane, state), n in sorted(snap.depth.items()):
-            lane_depth.add_metric([lane, state], n)
-        yield lane_depth
-        oldest = GaugeMetricFamily(
+        yield _gauge(
             "photojobs_oldest_queued_age_seconds",
             "Seconds since the lane's oldest queued item was queued (0: none queued)",
-            labels=["lane"],
+            ["lane"],
+            snap.oldest_queued_age,
         )
-        for lane, age in sorted(snap.oldest_queued_age.items()):
-            oldest.add_metric([lane], age)
-        yield oldest
 
     def _fleet(self, snap: listing.MetricsSnapshot) -> Iterator[Any]:
-        workers = GaugeMetricFamily(
+        yield _gauge(
             "photojobs_workers",
             "Registered worker processes: live (beating), stale (beats stopped), stopped (clean shutdown)",
-            labels=["state"],
+            ["state"],
+            snap.workers,
         )
-        for state, n in sorted(snap.workers.items()):
-            workers.add_metric([state], n)
-        yield workers
-        lane_workers = GaugeMetricFamily(
-            "photojobs_lane_workers", "Live worker processes serving the lane", labels=["lane"]
+        yield _gauge(
+            "photojobs_lane_workers", "Live worker processes serving the lane", ["lane"], snap.lane_workers
         )
-        for lane, n in sorted(snap.lane_workers.items()):
-            lane_workers.add_metric([lane], n)
-        yield lane_workers
         info = InfoMetricFamily("photojobs_build", "The serving process's versions")
         info.add_metric(
             [],
