@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
@@ -74,32 +75,47 @@ def cancel(engine: Engine, job_id: int) -> int:
     return n
 
 
+class _Switch(NamedTuple):
+    """What a pause or a resume does to a job that is not cancelled."""
+
+    control: str | None  # the job's control afterwards
+    from_states: tuple[str, ...]  # its items in these states ...
+    to_state: str  # ... move to this one
+    item_event: str  # an event each, saying ``why``
+    why: str
+    job_event: str  # then one for the job, with the count as ``counted``
+    counted: str
+
+
+_PAUSE = _Switch(
+    PAUSE, (PENDING, QUEUED), PAUSED, "item_paused", "job paused", "job_pause_requested", "paused_now"
+)
+_RESUME = _Switch(None, (PAUSED,), PENDING, "item_resumed", "job resumed", "job_resumed", "resumed")
+
+
 def pause(engine: Engine, job_id: int) -> int:
     """Pause: pending/queued items become ``paused``; running ones stop at their next checkpoint.
 
     Waiting items stay waiting; when their turn comes during the pause they become paused.
     """
-    s, job = _control(engine, job_id)
-    with s:
-        if job.control == CANCEL:
-            s.rollback()
-            return 0
-        job.control = PAUSE
-        n = _set_items(s, job_id, (PENDING, QUEUED), PAUSED, "item_paused", "job paused")
-        emit(s, "job_pause_requested", job_id=job_id, detail={"paused_now": n})
-        s.commit()
-    return n
+    return _switch(engine, job_id, _PAUSE)
 
 
 def resume(engine: Engine, job_id: int) -> int:
     """Resume a paused job: paused items become ``pending`` again."""
+    return _switch(engine, job_id, _RESUME)
+
+
+def _switch(engine: Engine, job_id: int, how: _Switch) -> int:
+    """Apply a pause or a resume (``how``) to the job, unless it is cancelled (a cancel is final:
+    nothing changes, 0); how many items moved."""
     s, job = _control(engine, job_id)
     with s:
         if job.control == CANCEL:
             s.rollback()
             return 0
-        job.control = None
-        n = _set_items(s, job_id, (PAUSED,), PENDING, "item_resumed", "job resumed")
-        emit(s, "job_resumed", job_id=job_id, detail={"resumed": n})
+        job.control = how.control
+        n = _set_items(s, job_id, how.from_states, how.to_state, how.item_event, how.why)
+        emit(s, how.job_event, job_id=job_id, detail={how.counted: n})
         s.commit()
     return n
