@@ -8,10 +8,13 @@ Items already running finish.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import Connection, Engine, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
 
 from .clock import db_now
 from .engine import reader
@@ -34,30 +37,28 @@ def pause_lane(engine: Engine, lane: str, by: str) -> bool:
     it was paused already. The caller checks that the lane exists."""
     with Session(engine) as s, s.begin():
         _ensure_row(s, lane)
-        changed = s.execute(
-            update(LaneControl)
-            .where(LaneControl.lane == lane, LaneControl.paused_at.is_(None))
-            .values(paused_at=db_now(), paused_by=by[:128], updated_at=db_now())
-            .returning(LaneControl.lane)
-        ).first()
-        if changed is None:
-            return False
-        emit(s, LANE_PAUSED, lane=lane, detail={"by": by[:128]})
-    return True
+        running = LaneControl.paused_at.is_(None)
+        return _switch(s, lane, running, LANE_PAUSED, by, paused_at=db_now(), paused_by=by[:128])
 
 
 def resume_lane(engine: Engine, lane: str, by: str) -> bool:
     """Resume ``lane``; True when it was paused (``lane_resumed`` written), False otherwise."""
     with Session(engine) as s, s.begin():
-        changed = s.execute(
-            update(LaneControl)
-            .where(LaneControl.lane == lane, LaneControl.paused_at.is_not(None))
-            .values(paused_at=None, paused_by=None, updated_at=db_now())
-            .returning(LaneControl.lane)
-        ).first()
-        if changed is None:
-            return False
-        emit(s, LANE_RESUMED, lane=lane, detail={"by": by[:128]})
+        paused = LaneControl.paused_at.is_not(None)
+        return _switch(s, lane, paused, LANE_RESUMED, by, paused_at=None, paused_by=None)
+
+
+def _switch(s: Session, lane: str, was: ColumnElement[bool], event: str, by: str, **values: Any) -> bool:
+    """Set ``values`` on the lane's row if it ``was`` so; True (and ``event`` written) when it was."""
+    changed = s.execute(
+        update(LaneControl)
+        .where(LaneControl.lane == lane, was)
+        .values(**values, updated_at=db_now())
+        .returning(LaneControl.lane)
+    ).first()
+    if changed is None:
+        return False
+    emit(s, event, lane=lane, detail={"by": by[:128]})
     return True
 
 
