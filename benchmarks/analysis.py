@@ -40,14 +40,16 @@ SIZE = (1600, 1200)
 SEED = 1
 
 
-def make_photos(ctx: BenchContext, n: int) -> Path:
-    """``n`` sample photos in the work dir (made once per run)."""
+def make_photos(
+    ctx: BenchContext, n: int, prefix: str = "photos", seed: int = SEED, size: tuple[int, int] = SIZE
+) -> Path:
+    """``n`` sample photos in the work dir (made once per run, in ``<prefix>-<n>``)."""
     from photojobs.testing.samples import generate_samples
 
-    dest = ctx.workdir / f"photos-{n}"
+    dest = ctx.workdir / f"{prefix}-{n}"
     if not dest.exists():
         t0 = time.perf_counter()
-        generate_samples(dest, n, seed=SEED, size=SIZE)
+        generate_samples(dest, n, seed=seed, size=size)
         ctx.note(settings={"generating the photos took (s)": round(time.perf_counter() - t0, 1)})
     return dest
 

@@ -246,11 +246,7 @@ def run_probe(
             results.append(got)
         reader.close()
     finally:
-        for p in procs:
-            ctx.procs.kill(p)
-        if client is not None:
-            client.engine.dispose()
-        ctx.dbs.drop(url)
+        ctx.end_run(procs, client, url)
     return results
 
 

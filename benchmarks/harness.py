@@ -24,9 +24,14 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from photojobs.cli_support import worker_env
+
+from .registry import Row
+
+if TYPE_CHECKING:
+    from photojobs.api import Client
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
@@ -42,6 +47,15 @@ class BenchmarkError(RuntimeError):
 
 class StoreUnavailable(BenchmarkError):
     """The requested store (PostgreSQL) cannot be reached; its cases are skipped."""
+
+
+def failed_row(benchmark: str, case: str, figure: str, exc: BenchmarkError) -> Row:
+    """The row of a case that did not complete: ``skipped`` when its store cannot be reached,
+    ``error`` (said on stderr too) otherwise."""
+    if isinstance(exc, StoreUnavailable):
+        return Row(benchmark, case, figure, None, verdict="skipped", note=str(exc))
+    print(f"[benchmarks] {benchmark} {case}: {exc}", file=sys.stderr)
+    return Row(benchmark, case, figure, None, verdict="error", note=str(exc)[:500])
 
 
 def wait_for(predicate: Callable[[], T], timeout: float, interval: float = 0.05, what: str = "") -> T:
@@ -384,6 +398,15 @@ class BenchContext:
         """Start the private Redis; returns the context."""
         self.redis.start()
         return self
+
+    def end_run(self, procs: Sequence[subprocess.Popen[bytes]], client: Client | None, url: str) -> None:
+        """The end of one run on a fresh database: kill its processes, close the client's
+        connections, drop the database."""
+        for p in procs:
+            self.procs.kill(p)
+        if client is not None:
+            client.engine.dispose()
+        self.dbs.drop(url)
 
     def close(self) -> None:
         """Kill every child process group, drop PostgreSQL databases, remove the work dir."""

@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .harness import BenchContext, BenchmarkError, StoreUnavailable, command_line, now_ms, wait_for
+from .analysis import make_photos
+from .harness import BenchContext, BenchmarkError, command_line, failed_row, now_ms, wait_for
 from .reader import Reader
 from .registry import Row, register
 
@@ -45,17 +46,6 @@ THREADS = 2
 GOAL_THROUGHPUT = 0.95
 GOAL_ITEMS = 2
 POLL = 0.02
-
-
-def _photos(ctx: BenchContext, n: int) -> Path:
-    from photojobs.testing.samples import generate_samples
-
-    dest = ctx.workdir / f"priority-photos-{n}"
-    if not dest.exists():
-        t0 = time.perf_counter()
-        generate_samples(dest, n, seed=SEED, size=SIZE)
-        ctx.note(settings={"generating the photos took (s)": round(time.perf_counter() - t0, 1)})
-    return dest
 
 
 def _singles(ctx: BenchContext, photos: Path, n: int) -> list[Path]:
@@ -165,11 +155,7 @@ def _measure(ctx: BenchContext, store: str, big_folder: Path, n: int, singles: l
             "late": late,
         }
     finally:
-        for p in procs:
-            ctx.procs.kill(p)
-        if client is not None:
-            client.engine.dispose()
-        ctx.dbs.drop(url)
+        ctx.end_run(procs, client, url)
 
 
 def _rows(store: str, n: int, m: dict[str, Any]) -> list[Row]:
@@ -247,7 +233,7 @@ def priority(ctx: BenchContext) -> list[Row]:
             "stores": ",".join(stores),
         }
     )
-    photos = _photos(ctx, n)
+    photos = make_photos(ctx, n, "priority-photos", seed=SEED, size=SIZE)
     singles = _singles(ctx, photos, 1 + 3 * SMALL_RUNS)
     rows: list[Row] = []
     for store in stores:
@@ -255,13 +241,7 @@ def priority(ctx: BenchContext) -> list[Row]:
             m = _measure(ctx, store, photos, n, singles)
             print(f"[benchmarks] {NAME} {store}: {m}", file=sys.stderr, flush=True)
             rows += _rows(store, n, m)
-        except StoreUnavailable as exc:
-            rows.append(Row(NAME, f"photojobs {store}", "latency", None, verdict="skipped", note=str(exc)))
-            continue
         except BenchmarkError as exc:
-            print(f"[benchmarks] {NAME} {store}: {exc}", file=sys.stderr)
-            rows.append(
-                Row(NAME, f"photojobs {store}", "latency", None, verdict="error", note=str(exc)[:500])
-            )
+            rows.append(failed_row(NAME, f"photojobs {store}", "latency", exc))
             continue
     return rows

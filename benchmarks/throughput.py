@@ -30,8 +30,8 @@ from . import cpu
 from .harness import (
     BenchContext,
     BenchmarkError,
-    StoreUnavailable,
     command_line,
+    failed_row,
     now_ms,
     wait_for,
 )
@@ -415,11 +415,7 @@ def run_photojobs_many(
             results.append(measure(job.lane, job.folder, job.warm_folder, job.params, job.label or label))
         reader.close()
     finally:
-        for p in procs:
-            ctx.procs.kill(p)
-        if client is not None:
-            client.engine.dispose()
-        ctx.dbs.drop(url)
+        ctx.end_run(procs, client, url)
     return results
 
 
@@ -539,14 +535,8 @@ def noop_throughput(ctx: BenchContext) -> list[Row]:
     for store in cfg.stores:
         try:
             m = run_photojobs(ctx, store)
-        except StoreUnavailable as exc:
-            rows.append(Row(NAME, f"photojobs {store}", "throughput", None, verdict="skipped", note=str(exc)))
-            continue
         except BenchmarkError as exc:
-            print(f"[benchmarks] {NAME} photojobs {store}: {exc}", file=sys.stderr)
-            rows.append(
-                Row(NAME, f"photojobs {store}", "throughput", None, verdict="error", note=str(exc)[:500])
-            )
+            rows.append(failed_row(NAME, f"photojobs {store}", "throughput", exc))
             continue
         rows += _rows(m, "items")
         ratio = m.rate / plain.rate
