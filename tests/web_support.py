@@ -87,9 +87,9 @@ class WebServer:
             f.read_text(errors="replace")[-3000:] for f in sorted(self.logdir.glob("serve-*.log"))
         )
 
-    def client(self, token: str | None = TOKEN) -> httpx.Client:
+    def client(self, token: str | None = TOKEN, timeout: float = 30) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+        return httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 
 
 def wait_job(http: httpx.Client, job: int, states: set[str] = FINAL, timeout: float = 120) -> dict[str, Any]:

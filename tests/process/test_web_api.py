@@ -326,7 +326,9 @@ def test_walking_a_large_folder_does_not_block_the_server(server: WebServer, pho
     result: dict[str, Any] = {}
 
     def submit() -> None:
-        result["response"] = server.client().post("/api/jobs", json={"lanes": ["noop"], "paths": ["big"]})
+        # (a loaded machine may take more than the default 30 s to walk and store 20,000 files)
+        with server.client(timeout=240) as client:
+            result["response"] = client.post("/api/jobs", json={"lanes": ["noop"], "paths": ["big"]})
 
     # When it is submitted, and the server is asked for its health while the submission runs
     worker = threading.Thread(target=submit)
