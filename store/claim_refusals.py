@@ -8,7 +8,7 @@ from sqlalchemy import Connection, Engine, select, update
 from sqlalchemy.orm import Session
 
 from .clock import db_now
-from .events import emit, emit_for_item
+from .events import emit, emit_for
 from .lane_control import lane_paused
 from .lanes import LaneSpec
 from .leases import ClaimOutcome, ClaimRefusal
@@ -126,7 +126,7 @@ def _defer(s: Session, item: Item, worker: str | None, delay: float, detail: dic
         .where(Item.id == item.id)
         .values(state=PENDING, queued_at=None, not_before=db_now() + delay, updated_at=db_now())
     )
-    emit_for_item(s, "item_deferred", item, worker, detail)
+    emit_for(s, "item_deferred", item, worker, detail)
 
 
 def claim_failed(

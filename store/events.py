@@ -60,52 +60,21 @@ def emit(
     )
 
 
-def emit_for_lease(
+def emit_for(
     session: Session | Connection,
     type: str,
-    lease: Lease,
+    of: Lease | Item,
     worker: str | None,
     detail: dict[str, Any] | None = None,
+    **instead: int | None,
 ) -> None:
-    """Record one event of the attempt ``lease`` holds (its job, item, photo, lane, attempt, token)."""
-    emit(
-        session,
-        type,
-        job_id=lease.job_id,
-        item_id=lease.item_id,
-        photo_id=lease.photo_id,
-        lane=lease.lane,
-        attempt=lease.attempt,
-        token=lease.token,
-        worker=worker,
-        detail=detail,
-    )
-
-
-def emit_for_item(
-    session: Session | Connection,
-    type: str,
-    item: Item,
-    worker: str | None,
-    detail: dict[str, Any] | None = None,
-    *,
-    attempt: int | None = None,
-    token: int | None = None,
-) -> None:
-    """Record one event of ``item`` as its row reads (its job, photo, lane, attempt and fencing
-    token; ``attempt`` and ``token`` when given instead, for a change the row does not show yet)."""
-    emit(
-        session,
-        type,
-        job_id=item.job_id,
-        item_id=item.id,
-        photo_id=item.photo_id,
-        lane=item.lane,
-        attempt=item.attempt if attempt is None else attempt,
-        token=item.fencing_token if token is None else token,
-        worker=worker,
-        detail=detail,
-    )
+    """Record one event of an attempt (its ``Lease``) or of an item (its row as read): its job,
+    item, photo, lane, attempt and token; ``instead`` (``attempt``, ``token``, ``photo_id``) where
+    the event speaks of another (a change the row does not show yet, one photo of the item)."""
+    item_id, token = (of.id, of.fencing_token) if isinstance(of, Item) else (of.item_id, of.token)
+    columns: dict[str, Any] = {"job_id": of.job_id, "item_id": item_id, "photo_id": of.photo_id}
+    columns |= {"lane": of.lane, "attempt": of.attempt, "token": token, **instead}
+    emit(session, type, **columns, worker=worker, detail=detail)
 
 
 def emit_many(session: Session | Connection, rows: Sequence[dict[str, Any]]) -> None:

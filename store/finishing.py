@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from .clock import db_now
 from .errors import StaleLease
-from .events import emit_for_lease, emit_many
+from .events import emit_for, emit_many
 from .fencing import DEFERRED_EVENTS
 from .lanes import LaneSpec
 from .leases import Lease
@@ -183,8 +183,7 @@ def fail(
         delay = spec.retry_delay(lease.attempt)
         state = state_for(control)
         _end_lease(s, lease, state=state, error=error, not_before=db_now() + delay)
-        detail = {"error": error, "delay": delay, "state": state}
-        emit_for_lease(s, "item_retry_scheduled", lease, worker, detail)
+        emit_for(s, "item_retry_scheduled", lease, worker, {"error": error, "delay": delay, "state": state})
         return state
     bundle = lock_bundle(s, lease.job_id, lease.position + 1)
     _end_lease(s, lease, release=False, state=FAILED, error=error)
@@ -192,7 +191,7 @@ def fail(
     skipped = skip_later(s, lease.job_id, lease.position, lease.photo_ids, reason, state_for(control), bundle)
     if lease.holds_locks:
         release_locks(s, lease.item_id)
-    emit_for_lease(s, "item_failed", lease, worker, {"error": error})
+    emit_for(s, "item_failed", lease, worker, {"error": error})
     emit_many(s, skipped)
     return FAILED
 
@@ -206,10 +205,10 @@ def stop(s: Session, lease: Lease, worker: str | None, reason: str) -> str:
     state = state_for(lock_for_finish(s, lease))
     if state == CANCELLED:
         _end_lease(s, lease, state=CANCELLED, attempt=Item.attempt - 1)
-        emit_for_lease(s, "item_cancelled", lease, worker, {"reason": reason})
+        emit_for(s, "item_cancelled", lease, worker, {"reason": reason})
         return CANCELLED
     _end_lease(s, lease, state=state, attempt=Item.attempt - 1)
-    emit_for_lease(
+    emit_for(
         s,
         "item_paused" if state == PAUSED else "item_released",
         lease,

@@ -30,7 +30,7 @@ from photos import fileops, recovery
 
 from .clock import db_now
 from .engine import reader
-from .events import emit, emit_for_lease
+from .events import emit_for
 from .fencing import lock_fence
 from .leases import Lease
 from .models import (
@@ -148,7 +148,7 @@ def record(
             ).scalar_one()
     except IntegrityError as exc:  # the unique index on live targets
         raise TargetTaken(target) from exc
-    emit_for_lease(
+    emit_for(
         s,
         "intent_recorded",
         lease,
@@ -182,7 +182,7 @@ def settle(
         note = f"{note or state}; {_NAMED_ELSEWHERE.format(path=photo_path)}"
         photo_path = None
     s.execute(update(Intent).where(Intent.id == intent_id, Intent.state == RECORDED).values(state=state))
-    emit_for_lease(
+    emit_for(
         s,
         f"intent_{state}",
         lease,
@@ -388,21 +388,17 @@ def _settle_stopped(s: Session, item: Item, row: IntentRow, verdict: recovery.Ve
     done = s.execute(
         update(Intent).where(Intent.id == row.id, Intent.state == RECORDED).values(state=state)
     ).rowcount
-    emit(
+    emit_for(
         s,
         f"intent_{state}",
-        job_id=item.job_id,
-        item_id=item.id,
-        photo_id=row.photo_id,
-        lane=item.lane,
-        attempt=item.attempt,
-        token=item.fencing_token,
-        worker="sweeper",
-        detail={
+        item,
+        "sweeper",
+        {
             "intent": row.id,
             "note": f"item {item.state}: {note}",
             **({"path": row.target} if moved and row.kind == "move" else {}),
         },
+        photo_id=row.photo_id,
     )
     return done
 

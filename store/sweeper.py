@@ -17,7 +17,7 @@ from store.lanes import LaneSpec
 
 from .clock import db_now
 from .dispatch import ALONE
-from .events import emit_for_item
+from .events import emit_for
 from .finishing import release_locks
 from .leases import WAITING_ALONE
 from .models import FAILED, RUNNING, Item, Job
@@ -126,7 +126,7 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
                 continue
             held_by = release_locks(s, item.id)
             revoked += 1
-            emit_for_item(
+            emit_for(
                 s,
                 "lease_expired",
                 item,
@@ -142,7 +142,7 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
             )
             if exhausted:
                 quarantined += 1
-                emit_for_item(s, "item_failed", item, None, {"error": error}, token=old_token + 1)
+                emit_for(s, "item_failed", item, None, {"error": error}, token=old_token + 1)
                 skip_successors(
                     s,
                     item.job_id,
