@@ -22,6 +22,7 @@ from .engine import reader
 from .errors import NotApplicable, UnknownJob
 from .events import emit_many
 from .lanes import LANE_NAMES
+from .listing import MAX_PAGE
 from .models import (
     ALL_STATES,
     CANCEL,
@@ -43,7 +44,6 @@ from .models import (
 from .reasons import reason_class
 from .status import JobStatus, statuses
 
-MAX_PAGE = 1000
 MAX_ROW_ID = 2**31 - 1
 ACTIVE = (WAITING, PENDING, QUEUED, RUNNING)
 # The states of ``ix_items_settled_job`` (migration 0010): rare, and never on the hot path (an item

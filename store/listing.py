@@ -18,41 +18,11 @@ from .errors import UnknownJob
 from .events import EventRecord, assign_cursors, record_of
 from .models import FAILED, PENDING, QUEUED, RUNNING, SKIPPED, TERMINAL, Event, Item, Job, Photo
 from .reasons import reason_class
-from .status import JobStatus, statuses
+from .status import statuses
 
 MAX_PAGE = 1000
 # The states ``derive_job_state`` gives a job.
 JOB_STATES = ("running", "pausing", "paused", "cancelling", "cancelled", "succeeded", "failed", "partial")
-
-
-def list_jobs(
-    engine: Engine, *, state: str | None = None, limit: int = 20, after: int | None = None
-) -> tuple[list[JobStatus], int | None]:
-    """Jobs newest first, ``limit`` a page; ``after`` is the previous page's ``next`` (a job id).
-
-    Returns the page and the cursor of the next page (None at the end). A ``state`` filter is
-    applied to the derived job state, scanning further pages as needed.
-    """
-    limit = max(1, min(limit, MAX_PAGE))
-    found: list[JobStatus] = []
-    cursor = after
-    with Session(reader(engine)) as s:
-        while True:
-            q = select(Job).order_by(Job.id.desc()).limit(limit)
-            if cursor is not None:
-                q = q.where(Job.id < cursor)
-            jobs = list(s.execute(q).scalars())
-            if not jobs:
-                return found, None
-            for st in statuses(s, jobs):
-                cursor = st.job_id
-                if state is None or st.state == state:
-                    found.append(st)
-                    if len(found) == limit:
-                        more = s.execute(select(Job.id).where(Job.id < st.job_id).limit(1)).first()
-                        return found, (st.job_id if more else None)
-            if len(jobs) < limit:
-                return found, None
 
 
 @dataclass(frozen=True)
