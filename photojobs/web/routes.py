@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from photojobs.api import NotApplicable, SubmissionError, UnknownJob
+from photojobs.api import Client, NotApplicable, SubmissionError, UnknownJob
 from photojobs.roots import OutsideRoots
 from photos.params import SKIPPED_KEY
 from store.console import CONSOLE_JOB_STATES
@@ -296,14 +297,16 @@ def _known_range(job_id: int) -> None:
         raise ApiError(404, "unknown_job", f"no job with id {job_id}", {"job": job_id})
 
 
-def _act(request: Request, job_id: int, action: str, lane: str | None = None) -> dict[str, Any]:
+def _act(
+    request: Request, job_id: int, action: str, change: Callable[[Client], int] | None = None
+) -> dict[str, Any]:
+    """Do ``action`` to the job (``change(client)``, how many items changed; the job control of that
+    name when None) and answer with the job's status: 404 an unknown job, 409 not applicable, 400
+    a bad input."""
     client = _cfg(request).client
     _known_range(job_id)
     try:
-        if action == "retry":
-            changed = client.retry(job_id, lane)
-        else:
-            changed = client.control(action, job_id)
+        changed = change(client) if change is not None else client.control(action, job_id)
         st = client.status(job_id)
     except UnknownJob as exc:
         raise _unknown(exc) from None
@@ -371,19 +374,7 @@ def retry(
     409 when there are none."""
     _known_range(job_id)
     chosen = _chosen(request, job_id, lane, reason, item)
-    if chosen is None:
-        return _act(request, job_id, "retry", lane)
-    client = _cfg(request).client
-    try:
-        changed = client.retry(job_id, lane, items=chosen)
-        st = client.status(job_id)
-    except UnknownJob as exc:
-        raise _unknown(exc) from None
-    except NotApplicable as exc:
-        raise ApiError(409, "not_applicable", str(exc), {"job": job_id, "action": "retry"}) from None
-    except SubmissionError as exc:
-        raise ApiError(400, "invalid_request", str(exc)) from None
-    return {"job": job_id, "action": "retry", "changed": changed, "status": status_dict(st)}
+    return _act(request, job_id, "retry", lambda client: client.retry(job_id, lane, items=chosen))
 
 
 @api.post("/jobs/{job_id}/discard", tags=["control"])
@@ -397,20 +388,15 @@ def discard(
     """Give up on failed items — one ``item``, one failure group (``lane`` and ``reason``), a
     lane's or all: they become ``skipped`` (error kept, ``item_discarded`` events) and a retry no
     longer picks them up. 409 when none of them is failed."""
-    _known_range(job_id)
-    client = _cfg(request).client
-    try:
+
+    def change(client: Client) -> int:
         chosen = _chosen(request, job_id, lane, reason, item)
         if chosen is None:
             rows, _ = client.items(job_id, state="failed", lane=lane, limit=1000)
             chosen = [r.id for r in rows]
-        changed = client.discard(job_id, chosen)
-        st = client.status(job_id)
-    except UnknownJob as exc:
-        raise _unknown(exc) from None
-    except NotApplicable as exc:
-        raise ApiError(409, "not_applicable", str(exc), {"job": job_id, "action": "discard"}) from None
-    return {"job": job_id, "action": "discard", "changed": changed, "status": status_dict(st)}
+        return client.discard(job_id, chosen)
+
+    return _act(request, job_id, "discard", change)
 
 
 @api.get("/jobs/{job_id}/failures", tags=["jobs"])
