@@ -174,12 +174,18 @@
   });
 
   // -- the jobs list: newest first, paged by cursor, filtered and searched ---------------------------------------
-  async function loadJobs() {
-    const qs = new URLSearchParams({ limit: "20" });
-    if (list.state) qs.set("state", list.state);
-    if (list.q) qs.set("q", list.q);
-    const after = list.cursors[list.page];
+  // A page's query: its limit, the filters that are set, and the cursor of the page shown (a list's
+  // or a job's items: { cursors, page }).
+  function pageQuery(limit, filters, pager) {
+    const qs = new URLSearchParams({ limit: String(limit) });
+    for (const [key, value] of Object.entries(filters)) if (value) qs.set(key, value);
+    const after = pager.cursors[pager.page];
     if (after != null) qs.set("after", String(after));
+    return qs;
+  }
+
+  async function loadJobs() {
+    const qs = pageQuery(20, { state: list.state, q: list.q }, list);
     try {
       const r = await api("GET", `api/jobs?${qs}`);
       jobs.clear();
@@ -356,11 +362,7 @@
   async function loadItems() {
     const id = detail.id;
     const it = detail.items;
-    const qs = new URLSearchParams({ limit: "50" });
-    if (it.state) qs.set("state", it.state);
-    if (it.lane) qs.set("lane", it.lane);
-    const after = it.cursors[it.page];
-    if (after != null) qs.set("after", String(after));
+    const qs = pageQuery(50, { state: it.state, lane: it.lane }, it);
     try {
       const r = await api("GET", `api/jobs/${id}/items?${qs}`);
       if (detail.id !== id) return;
