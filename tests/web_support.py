@@ -4,22 +4,33 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
-from tests.support import ROOT, free_port, wait_for
+from tests.support import ROOT, free_port, unavailable, wait_for
 
 TOKEN = "test-token-0123456789"
 FINAL = {"succeeded", "failed", "partial", "cancelled"}  # a job's terminal states in the API
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+TIMEOUT_MS = 120_000  # a browser test's Playwright timeouts
 
 
 class WebServer:
@@ -90,6 +101,42 @@ class WebServer:
     def client(self, token: str | None = TOKEN, timeout: float = 30) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+
+@contextmanager
+def serving(env: dict[str, str], tmp_path: Path, roots: list[Path], **extra: str) -> Iterator[WebServer]:
+    """A started ``photojobs serve`` (logs in ``tmp_path/web-logs``), stopped at the end."""
+    logdir = tmp_path / "web-logs"
+    logdir.mkdir()
+    srv = WebServer(env, logdir, roots=roots, extra=extra)
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _chromium() -> str | None:
+    return (
+        os.environ.get("PHOTOJOBS_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    )
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """A headless Chromium (Debian's, driven by Playwright for Python); the test is skipped (or
+    fails in CI) where either is missing. A browser test module imports this fixture."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        unavailable(f"playwright not installed: {exc}")
+    executable = _chromium()
+    if executable is None:
+        unavailable("chromium not installed (apt-get install chromium; .ci/run installs it)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
 
 
 def wait_job(http: httpx.Client, job: int, states: set[str] = FINAL, timeout: float = 120) -> dict[str, Any]:

@@ -18,9 +18,8 @@ import httpx
 import pytest
 
 from photojobs.testing.samples import generate_samples
-from tests.process.test_dashboard_browser import CHROMIUM_ARGS, TIMEOUT_MS, browser  # noqa: F401 - fixture
 from tests.support import Fleet, make_files, wait_for
-from tests.web_support import TOKEN, WebServer
+from tests.web_support import TIMEOUT_MS, TOKEN, WebServer, browser, serving  # noqa: F401 - browser: a fixture
 
 VIEWPORTS = {"desktop": (1280, 800), "phone": (390, 844)}
 BLOCKING = ("serious", "critical")
@@ -45,12 +44,8 @@ def photos(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def server(env: dict[str, str], tmp_path: Path, photos: Path) -> Iterator[WebServer]:
-    logdir = tmp_path / "web-logs"
-    logdir.mkdir()
-    srv = WebServer(env, logdir, roots=[photos])
-    srv.start()
-    yield srv
-    srv.stop()
+    with serving(env, tmp_path, [photos]) as srv:
+        yield srv
 
 
 def _job(http: httpx.Client, job: int) -> dict[str, Any]:

@@ -8,7 +8,6 @@ Set ``PHOTOJOBS_DASHBOARD_SCREENSHOT=docs/dashboard.png`` to also save the READM
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,38 +15,8 @@ from typing import Any
 import pytest
 
 from photojobs.testing.samples import generate_samples
-from tests.support import Fleet, make_files, unavailable
-from tests.web_support import TOKEN, WebServer
-
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
-TIMEOUT_MS = 120_000
-
-
-def _chromium() -> str | None:
-    return (
-        os.environ.get("PHOTOJOBS_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    )
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError as exc:  # pragma: no cover - depends on the machine
-        unavailable(f"playwright not installed: {exc}")
-    executable = _chromium()
-    if executable is None:
-        unavailable("chromium not installed (apt-get install chromium; .ci/run installs it)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+from tests.support import Fleet, make_files
+from tests.web_support import TIMEOUT_MS, TOKEN, WebServer, browser, serving  # noqa: F401 - browser: a fixture
 
 
 @pytest.fixture
@@ -62,17 +31,17 @@ def photos(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def server(env: dict[str, str], tmp_path: Path, photos: Path) -> Iterator[WebServer]:
-    logdir = tmp_path / "web-logs"
-    logdir.mkdir()
-    srv = WebServer(env, logdir, roots=[photos])
-    srv.start()
-    yield srv
-    srv.stop()
+    with serving(env, tmp_path, [photos]) as srv:
+        yield srv
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_dashboard_login_submit_progress_pause_resume_retry(
-    browser: Any, server: WebServer, fleet: Fleet, photos: Path, tmp_path: Path
+    browser: Any,  # noqa: F811 - the fixture imported above
+    server: WebServer,
+    fleet: Fleet,
+    photos: Path,
+    tmp_path: Path,
 ) -> None:
     from playwright.sync_api import expect
 

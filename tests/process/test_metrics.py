@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections import Counter as Tally
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -27,34 +26,15 @@ from tests.metrics_support import (
     sample,
 )
 from tests.support import Fleet, make_files, wait_for
-from tests.web_support import WebServer
+from tests.web_support import WebServer, serving, wait_job
 
 FINAL = {"succeeded", "failed", "partial", "cancelled"}
 
 
 @pytest.fixture
-def photos(tmp_path: Path) -> Path:
-    root = tmp_path / "photos"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
 def server(env: dict[str, str], tmp_path: Path, photos: Path) -> Iterator[WebServer]:
-    logdir = tmp_path / "web-logs"
-    logdir.mkdir()
-    srv = WebServer(env, logdir, roots=[photos])
-    srv.start()
-    yield srv
-    srv.stop()
-
-
-def _wait_job(http: httpx.Client, job: int) -> dict[str, Any]:
-    def done() -> dict[str, Any] | None:
-        st = http.get(f"/api/jobs/{job}").json()
-        return st if st["state"] in FINAL else None
-
-    return wait_for(done, 120, 0.2, what=f"job {job} to finish")
+    with serving(env, tmp_path, [photos]) as srv:
+        yield srv
 
 
 def _scrape(http: httpx.Client) -> dict[Sample, float]:
@@ -105,7 +85,7 @@ def test_no_counter_goes_back_after_a_retry_or_a_prune(
     job = http.post(
         "/api/jobs", json={"lanes": ["noop"], "paths": ["good", "bad"], "params": {"noop.fail_if": "broken"}}
     ).json()["job"]
-    assert _wait_job(http, job)["state"] == "partial"
+    assert wait_job(http, job)["state"] == "partial"
     first = _scrape(http)
     # Then the counters count the work by lane, and they are the events folded so far
     assert sample(first, "photojobs_items_succeeded_total", lane="noop") == 5
@@ -130,7 +110,7 @@ def test_no_counter_goes_back_after_a_retry_or_a_prune(
     (photos / "later").mkdir()
     (photos / "later" / "one.txt").write_text("one")
     newer = http.post("/api/jobs", json={"lanes": ["noop"], "paths": ["later"]}).json()["job"]
-    assert _wait_job(http, newer)["state"] == "succeeded"
+    assert wait_job(http, newer)["state"] == "succeeded"
     before = _scrape(http)
     assert _events_total(before) == _folded_events(db_url, sample(before, "photojobs_counters_cursor"))
     engine = make_engine(db_url)
