@@ -8,15 +8,13 @@ sweeper finds the ``queued`` item whose message Redis does not hold and publishe
 from __future__ import annotations
 
 import math
-import os
 import zlib
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from functools import cache
 from itertools import zip_longest
-from typing import Any, TypeVar
+from typing import Any
 
-from sqlalchemy import Connection, Engine, Select, bindparam, case, func, literal_column, select, text, update
+from sqlalchemy import Connection, Engine, Select, bindparam, func, select, text, update
 from sqlalchemy.orm import Session
 
 from store.lanes import LaneSpec
@@ -25,7 +23,24 @@ from .clock import db_now
 from .engine import reader
 from .events import emit_many
 from .lane_control import lane_paused
+from .messages import (
+    ALONE,
+    BATCH_ID_SEPARATOR,
+    Publish,
+    batch_message_id,
+    items_of_message_id,
+    message_groups,
+    plan_messages,
+)
 from .models import PENDING, QUEUED, Item, Job
+from .priority import (
+    INTERACTIVE,
+    NORMAL,
+    PRIORITIES,
+    interactive_bound,
+    interactive_photos,
+    is_interactive_sql,
+)
 from .queries import (
     event_sql,
     mark_queued_sql,
@@ -34,111 +49,30 @@ from .queries import (
     pending_of_job_sql,
 )
 
+# What a message carries (store.messages) and which jobs go first (store.priority) have modules of
+# their own; their names stay importable from here, the dispatcher's public face.
+__all__ = [
+    "ALONE",
+    "BATCH_ID_SEPARATOR",
+    "INTERACTIVE",
+    "NORMAL",
+    "PRIORITIES",
+    "Publish",
+    "batch_message_id",
+    "interactive_bound",
+    "interactive_photos",
+    "is_interactive_sql",
+    "items_of_message_id",
+    "mark_republished",
+    "message_groups",
+    "plan_messages",
+    "stale_queued",
+    "stale_queued_query",
+    "stranded_after",
+    "take_for_dispatch",
+]
+
 DISPATCH_LOCK_BASE = 0x64697370000  # "disp" + lane index
-
-
-@dataclass(frozen=True)
-class Publish:
-    item_id: int
-    token: int
-    lane: str
-    age: float = 0.0  # seconds since it was queued (for stale ones)
-    group: int | None = None  # the message it shares with the dispatch's other items of this group
-    interactive: bool = False  # its message goes to the lane's interactive queue (``is_interactive``)
-
-    @property
-    def message_id(self) -> str:
-        """Deterministic: the same (item, token) is one message, so Redis can be asked if it holds it.
-        A batch message's Redis id joins its items' ids (``batch_message_id``)."""
-        return f"pj-{self.item_id}-{self.token}"
-
-
-BATCH_ID_SEPARATOR = "."
-
-
-def batch_message_id(items: Sequence[Publish]) -> str:
-    """The Redis id of a message naming ``items``: ``pj-<item>-<token>`` for one item, the items'
-    ids joined by ``.`` for a batch, so the sweeper can tell from an id alone which (item, token)
-    pairs a held message carries (``items_of_message_id``)."""
-    return BATCH_ID_SEPARATOR.join(p.message_id for p in items)
-
-
-def items_of_message_id(message_id: str) -> list[str]:
-    """The per-item ids (``pj-<item>-<token>``) a Redis message id stands for."""
-    return message_id.split(BATCH_ID_SEPARATOR)
-
-
-def message_groups(items: Sequence[Publish]) -> list[list[Publish]]:
-    """The messages that carry ``items``, in order: the items of one dispatch ``group`` share a
-    message, every other item (``group`` None: re-published, or published by hand) goes alone."""
-    out: list[list[Publish]] = []
-    shared: dict[tuple[str, int], list[Publish]] = {}
-    for p in items:
-        if p.group is None:
-            out.append([p])
-            continue
-        key = (p.lane, p.group)
-        if key not in shared:
-            shared[key] = []
-            out.append(shared[key])
-        shared[key].append(p)
-    return out
-
-
-R = TypeVar("R")
-
-
-def plan_messages(
-    rows: Sequence[R],
-    spec: LaneSpec,
-    max_messages: int,
-    job_of: Callable[[R], int],
-    first_attempt: Callable[[R], bool],
-) -> list[list[R]]:
-    """How a dispatch's items (``rows``, in the dispatcher's fair order) travel: at most
-    ``max_messages`` messages, the first ones kept (the rest stay pending for the next dispatch).
-
-    - An item's first attempt shares a message with others *of its job* (a cancel or pause then
-      takes whole messages out of the count), up to the lane's ``effective_batch`` items, sizes
-      balanced; but a dispatch is spread over at least as many messages as the fleet has threads
-      for the lane (or one per item), so a small job still runs on every thread.
-    - A retry goes alone: an item that comes back after its worker died (or failed) never rides in
-      a batch again (``first_attempt`` is False for it: a retry, or an item whose batch's worker
-      died, ``ALONE``), so a photo that kills its worker in a batch is charged alone the next time.
-    """
-    batch = spec.effective_batch
-    singles: list[list[R]] = []
-    by_job: dict[int, list[R]] = {}
-    for r in rows:
-        if batch > 1 and first_attempt(r):
-            by_job.setdefault(job_of(r), []).append(r)
-        else:
-            singles.append([r])
-    singles = singles[: max(0, max_messages)]
-    room = max_messages - len(singles)
-    needed = {j: -(-len(v) // batch) for j, v in by_job.items()}
-    fresh = sum(len(v) for v in by_job.values())
-    target = min(room, max(sum(needed.values()), min(fresh, max(1, spec.threads * spec.fleet_processes))))
-    counts = dict.fromkeys(by_job, 0)
-    while sum(counts.values()) < min(target, sum(needed.values())):  # full messages, job by job in turn
-        for j in counts:
-            if counts[j] < needed[j] and sum(counts.values()) < target:
-                counts[j] += 1
-    while sum(counts.values()) < target:  # then spread: split the job whose messages are fullest
-        j = max((j for j in counts if counts[j] < len(by_job[j])), key=lambda j: len(by_job[j]) / counts[j])
-        counts[j] += 1
-    by_job = {j: v[: counts[j] * batch] for j, v in by_job.items() if counts[j]}  # the rest waits
-    per_job: list[list[list[R]]] = []
-    for j, group in by_job.items():
-        base, extra = divmod(len(group), counts[j])
-        chunks, start = [], 0
-        for k in range(counts[j]):
-            n = base + (1 if k < extra else 0)
-            chunks.append(group[start : start + n])
-            start += n
-        per_job.append(chunks)
-    interleaved = [m for ms in zip_longest(*per_job) for m in ms if m is not None]
-    return singles + interleaved
 
 
 def _lane_lock(conn: Connection, lane: str) -> bool:
@@ -152,46 +86,6 @@ _TRY_LANE_LOCK = text("SELECT pg_try_advisory_xact_lock(:k)")
 
 
 # -- priority ---------------------------------------------------------------------------------------
-# A job is interactive when it was submitted so (``jobs.priority``), or, submitted without a priority,
-# when it has at most ``interactive_photos()`` photos: a one-photo upload goes first without anyone
-# asking. Its items travel in the lane's interactive queue (``LaneSpec.interactive_queue``), bounded
-# apart from the lane's (``interactive_bound``), consumed by an actor of a higher Dramatiq priority:
-# they wait neither behind the lane's Redis backlog nor behind the workers' prefetched messages.
-INTERACTIVE = "interactive"
-NORMAL = "normal"
-PRIORITIES = (INTERACTIVE, NORMAL)
-INTERACTIVE_PHOTOS_ENV = "PHOTOJOBS_INTERACTIVE_PHOTOS"
-INTERACTIVE_PHOTOS = 16
-INTERACTIVE_BOUND_MIN = 16
-
-
-def interactive_photos(env: Mapping[str, str] | None = None) -> int:
-    """The most photos a job submitted without a priority may have to be interactive
-    (``PHOTOJOBS_INTERACTIVE_PHOTOS``, default 16; 0: only an explicit priority)."""
-    raw = (os.environ if env is None else env).get(INTERACTIVE_PHOTOS_ENV, "")
-    try:
-        return max(0, int(raw)) if raw.strip() else INTERACTIVE_PHOTOS
-    except ValueError:
-        return INTERACTIVE_PHOTOS
-
-
-def is_interactive_sql(limit: int) -> Any:
-    """The rule, as an SQL expression on ``jobs`` (1 interactive, 0 not): the one place it is written.
-    ``limit``: ``interactive_photos()``."""
-    one, zero = literal_column("1"), literal_column("0")  # constants in the text: GROUP BY repeats it
-    return case(
-        (Job.priority == literal_column(f"'{INTERACTIVE}'"), one),
-        (Job.priority.is_(None) & (Job.photos <= literal_column(str(int(limit)))), one),
-        else_=zero,
-    )
-
-
-def interactive_bound(spec: LaneSpec) -> int:
-    """Most messages of the lane's interactive queue in Redis: two per thread of the fleet for the
-    lane, at least ``INTERACTIVE_BOUND_MIN`` (a small job's retries each travel alone)."""
-    return max(INTERACTIVE_BOUND_MIN, 2 * spec.threads * spec.fleet_processes)
-
-
 # Per lane, the last job served first by this process's dispatcher: the next call starts after it,
 # so with more jobs than room every job gets its turn (round-robin across calls).
 _last_first_job: dict[str, int] = {}
@@ -367,12 +261,6 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
 
 def _counts(row: Any) -> tuple[int, float]:
     return (0, 0.0) if row is None else (int(row.items), float(row.messages))
-
-
-# ``items.message_items`` of a pending item whose worker died while it was claimed in a batch
-# message (``store.sweeper.revoke_expired``): its attempt was handed back, and it rides alone next
-# time, so that if it was the one that killed the worker, its next death is charged to it alone.
-ALONE = 0
 
 
 def _plan(rows: Sequence[Any], spec: LaneSpec, max_messages: int) -> list[list[Any]]:

@@ -14,13 +14,13 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from .clock import db_now
-from .dispatch import PRIORITIES
 from .engine import reader
 from .errors import BacklogFull, SubmissionError
 from .events import emit, emit_many
 from .lanes import LaneSpec
 from .models import CANCEL, PENDING, WAITING, Item, ItemPhoto, Job, Photo
 from .pipeline import UNFINISHED, lock_job
+from .priority import PRIORITIES
 
 SUBMIT_LOCK = 0x7375626D6974  # "submit"
 

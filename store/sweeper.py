@@ -16,10 +16,10 @@ from sqlalchemy.orm import Session
 from store.lanes import LaneSpec
 
 from .clock import db_now
-from .dispatch import ALONE
 from .events import emit_for
 from .finishing import release_locks
 from .leases import WAITING_ALONE
+from .messages import ALONE
 from .models import FAILED, RUNNING, Item, Job
 from .pipeline import lock_successors, skip_successors, state_for
 
