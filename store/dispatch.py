@@ -221,6 +221,12 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
         picked = [r for m in (*urgent, *normal) for r in m]
         if not picked:
             return []
+        if dialect == "postgresql":
+            # Lock order job -> item: the jobs first (KEY SHARE, id order). Updating an item row this
+            # transaction already updated makes PostgreSQL re-check its foreign key, a KEY SHARE lock
+            # on the job taken *after* the items: a cancel holding the job for update and locking
+            # the items in id order then deadlocked with the dispatch (CI, 2026-12-05).
+            conn.execute(_LOCK_JOBS, {"ids": sorted({r.job_id for r in picked})}).all()
         queued_ids = set(conn.execute(mark_queued_sql(dialect), {"ids": [r.id for r in picked]}).scalars())
         if len(queued_ids) < len(picked):
             # A concurrent pause/cancel took the others (PostgreSQL): plan the messages of the rest.
@@ -257,6 +263,11 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
         for k, (m, flag) in enumerate(messages_out)
         for r in m
     ]
+
+
+_LOCK_JOBS = text("SELECT id FROM jobs WHERE id IN :ids ORDER BY id FOR KEY SHARE").bindparams(
+    bindparam("ids", expanding=True)
+)
 
 
 def _counts(row: Any) -> tuple[int, float]:

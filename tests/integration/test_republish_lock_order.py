@@ -102,3 +102,26 @@ def test_a_failed_claim_waits_for_a_cancel_holding_the_job_instead_of_deadlockin
         assert outcome["result"] == "pending"
     finally:
         engine.dispose()
+
+
+def test_a_dispatch_waits_for_a_cancel_holding_the_job_instead_of_deadlocking(
+    pg_url: str, tmp_path: Path
+) -> None:
+    engine = make_engine(pg_url)
+    try:
+        # Given a job with two pending items A < B, and a cancel-like transaction that holds the job
+        # row (FOR UPDATE) and has already updated B
+        photos = photo_inputs(tmp_path, 2)
+        job = store_jobs.submit(engine, [NOOP], photos).job_id
+        with engine.connect() as conn:
+            a, b = sorted(conn.execute(select(Item.id).where(Item.job_id == job)).scalars())
+        # When the dispatcher takes A and B meanwhile (it has to wait for the cancel), and the cancel
+        # goes on to update A, then commits
+        cancel_error, outcome = race_with_a_cancel(engine, job, b, a, lambda: take_for_dispatch(engine, NOOP))
+        # Then neither was aborted as a deadlock: the dispatch locked the job before the items, waited,
+        # and then queued both (a dispatch that locks the items first deadlocks here)
+        assert cancel_error is None, cancel_error
+        assert "error" not in outcome, outcome.get("error")
+        assert sorted(p.item_id for p in outcome["result"]) == [a, b]  # type: ignore[attr-defined]
+    finally:
+        engine.dispose()
