@@ -106,7 +106,9 @@ MINIMUM_PER_MINUTE = {
     "pause": 1,
     "resume": 1,
     "cancel": 0.5,
-    "items": 150,
+    # items finished: 173-355 seen in 75 s under the parallel suite's load (2 cores, 4 test workers),
+    # more on an idle machine; the bar is that the pipeline kept moving through the faults
+    "items": 80,
     # items claimed with others of a batch message (analysis, noop): 15-61 seen in 75 s on an idle
     # machine, 2 under the parallel suite's load (a retried or revoked item rides alone, and a
     # dispatch spreads a small job over the fleet's threads): the run must see batch claims at all
