@@ -391,9 +391,13 @@ def discard(
 
     def change(client: Client) -> int:
         chosen = _chosen(request, job_id, lane, reason, item)
-        if chosen is None:
-            rows, _ = client.items(job_id, state="failed", lane=lane, limit=1000)
-            chosen = [r.id for r in rows]
+        if chosen is None:  # a lane's or all failed items: every page, not only the first
+            chosen, after = [], None
+            while True:
+                rows, after = client.items(job_id, state="failed", lane=lane, limit=1000, after=after)
+                chosen += [r.id for r in rows]
+                if after is None:
+                    break
         return client.discard(job_id, chosen)
 
     return _act(request, job_id, "discard", change)
