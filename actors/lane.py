@@ -12,6 +12,7 @@ from middleware.batch import run_batch
 from middleware.context import STOP_LOST, ItemContext, Stopped, current, current_batch
 from middleware.cpu_slots import SlotGate, cpu_slot, process_gate
 from middleware.dramatiq_compat import restart_time_limit
+from middleware.interactive import interactive_waits, run_waiting_interactive
 from photos.errors import PhotoError
 from store.lanes import INTERACTIVE_PRIORITY, NORMAL_PRIORITY, lane_spec
 
@@ -25,17 +26,28 @@ def in_a_cpu_slot(
     *,
     alone: bool,
     gate: SlotGate | None = None,
+    keep_if: Callable[[], bool] | None = None,
 ) -> Any:
     """``fn(ctx)``, in one of the process's CPU slots when the lane is CPU-bound
     (``middleware.cpu_slots``). An item claimed ``alone`` (not from a batch message, whose items the
     store already knows may be waiting) that finds every slot taken records that it waits before it
     waits, and that its body starts once it has a slot (``ItemContext.waiting_for_a_slot``): its
-    worker's death while it waits is then not charged to it (``store.sweeper.revoke_expired``)."""
+    worker's death while it waits is then not charged to it (``store.sweeper.revoke_expired``).
+    An item of a batch keeps its slot for the interactive message its thread runs next when
+    ``keep_if()`` says so (``middleware.interactive``); an item given a kept slot does not wait."""
     if not ctx.spec.cpu_bound:
         return fn(ctx)
     gate = gate or process_gate()
-    if not alone or not gate.acquire(blocking=False):
-        marked = alone and _mark(ctx, waiting=True)
+    if alone and gate.take_kept():
+        try:
+            return fn(ctx)
+        finally:
+            gate.release()
+    if not alone:
+        with cpu_slot(ctx, gate, keep_if=keep_if):
+            return fn(ctx)
+    if not gate.acquire(blocking=False):
+        marked = _mark(ctx, waiting=True)
         with cpu_slot(ctx, gate):
             if marked and not ctx.waiting_for_a_slot(False):
                 ctx.request_stop(STOP_LOST, "lease lost while waiting for a CPU slot")
@@ -62,12 +74,22 @@ def lane_actor(name: str) -> Callable[[Callable[[ItemContext], Any]], dramatiq.A
 
     def declare(fn: Callable[[ItemContext], Any]) -> dramatiq.Actor:
         def work_in_batch(ctx: ItemContext) -> Any:
-            return in_a_cpu_slot(ctx, fn, alone=False)
+            return in_a_cpu_slot(ctx, fn, alone=False, keep_if=interactive_waits)
 
         def run(*args: int) -> None:
             batch = current_batch()
             if batch is not None:  # a batch message: every claimed item in turn (middleware.batch)
-                run_batch(batch, work_in_batch, restart_clock=restart_clock, throws=THROWS)
+                try:
+                    run_batch(
+                        batch,
+                        work_in_batch,
+                        restart_clock=restart_clock,
+                        between=run_waiting_interactive,
+                        throws=THROWS,
+                    )
+                finally:
+                    if spec.cpu_bound:
+                        process_gate().release_kept()  # kept for an interactive message an interrupt cut off
                 return
             ctx = current()
             if ctx.item_id != args[0]:

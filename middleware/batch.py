@@ -27,10 +27,13 @@ def run_batch(
     body: Callable[[ItemContext], Any],
     *,
     restart_clock: Callable[[ItemContext], None] | None = None,
+    between: Callable[[], object] | None = None,
     throws: tuple[type[BaseException], ...] = (),
 ) -> None:
     """Run ``body`` for each item of ``batch`` in order, recording each one's outcome on its
-    context (``result``, or ``error``); ``restart_clock(ctx)`` before each item (its time limit).
+    context (``result``, or ``error``); ``restart_clock(ctx)`` before each item (its time limit);
+    ``between()`` after each item (``middleware.interactive``: an interactive message that waits
+    runs there).
     ``ctx.ran`` is set only when the item's body starts: an item stopped before its turn, or left
     behind by an interrupt between items, has ``ran`` False and gives its attempt back."""
     try:
@@ -53,5 +56,7 @@ def run_batch(
                     log.warning("item %s failed with expected exception %s", ctx.item_id, type(exc).__name__)
                 else:
                     log.error("item %s failed with unhandled exception", ctx.item_id, exc_info=True)
+            if between is not None:
+                between()  # the next item's stop requests are read after it
     finally:
         set_current(None)

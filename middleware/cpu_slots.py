@@ -14,6 +14,13 @@ Interactive items first (issue 24): while an item of a lane's interactive messag
 its slot after each item and asks again at once no longer starves the interactive item for a whole
 batch. Interactive items take turns among themselves.
 
+A slot kept for an interactive message: a thread running a batch that sees an interactive message
+first in its work queue as an item ends keeps its slot (``keep``) instead of releasing it, runs
+that message between its items (``middleware.interactive``), whose item takes the kept slot
+(``take_kept``) instead of waiting for one: the other threads' normal items, waiting for the slot,
+do not get it first. A kept slot that no item took is released after the batch's next pause
+(``release_kept``).
+
 ``photojobs worker`` and ``photojobs run`` set ``PHOTOJOBS_CPU_SLOTS`` to the usable cores divided by
 their worker processes (at least 1); a bare ``dramatiq actors`` process defaults to its usable cores.
 """
@@ -44,6 +51,7 @@ class SlotGate:
         self._free = slots
         self._interactive_waiting = 0
         self._cond = threading.Condition(threading.Lock())
+        self._kept = threading.local()  # this thread's slot kept for the interactive message it runs next
 
     def _may_take(self, interactive: bool) -> bool:
         return self._free > 0 and (interactive or self._interactive_waiting == 0)
@@ -83,6 +91,26 @@ class SlotGate:
             self._free += 1
             self._cond.notify_all()
 
+    def keep(self) -> None:
+        """Instead of ``release``: this thread keeps its slot for the interactive message it is about to
+        run (``take_kept``); ``release_kept`` gives it back if none takes it."""
+        if getattr(self._kept, "slot", False):
+            raise ValueError("this thread already keeps a CPU slot")
+        self._kept.slot = True
+
+    def take_kept(self) -> bool:
+        """Take the slot this thread kept, if it kept one: True, and the caller holds (and will
+        release) a slot without waiting."""
+        if getattr(self._kept, "slot", False):
+            self._kept.slot = False
+            return True
+        return False
+
+    def release_kept(self) -> None:
+        """Release the slot this thread kept, if no item took it."""
+        if self.take_kept():
+            self.release()
+
     def waiting_interactive(self) -> int:
         """How many interactive items wait for a slot now."""
         with self._cond:
@@ -100,16 +128,23 @@ def process_gate() -> SlotGate:
 
 
 @contextmanager
-def cpu_slot(ctx: ItemContext, gate: SlotGate | None = None) -> Iterator[None]:
+def cpu_slot(
+    ctx: ItemContext, gate: SlotGate | None = None, *, keep_if: Callable[[], bool] | None = None
+) -> Iterator[None]:
     """Hold one of the process's CPU slots (``gate``) while the body runs, when the item's lane is
-    CPU-bound, an interactive item before the others; raise ``Stopped`` instead of waiting on when
-    the item must stop."""
+    CPU-bound, an interactive item before the others (or in the slot this thread kept for it);
+    raise ``Stopped`` instead of waiting on when the item must stop. After the body, the slot is
+    kept for this thread (``SlotGate.keep``) when ``keep_if()`` says so, else released."""
     if not ctx.spec.cpu_bound:
         yield
         return
     gate = gate or process_gate()
-    gate.take(interactive=ctx.interactive, check=ctx.check)
+    if not gate.take_kept():
+        gate.take(interactive=ctx.interactive, check=ctx.check)
     try:
         yield
     finally:
-        gate.release()
+        if keep_if is not None and keep_if():
+            gate.keep()
+        else:
+            gate.release()

@@ -12,8 +12,12 @@ What it adapts (each has a test in ``tests/unit/test_dramatiq_compat.py``):
 - Dramatiq's Redis key layout (``<ns>:<queue>.msgs``, ``<ns>:__acks__.<broker>.<queue>``,
   ``<ns>:__heartbeats__``), read by ``ack_undecodable`` and ``photojobs.broker``'s ``_WHERE_LUA``;
 - ``TimeLimit.manager.add_timeout`` / ``remove_timeout`` (``restart_time_limit``, ``disarm_time_limit``);
-- ``Worker.work_queue`` (a ``PriorityQueue`` of ``_WorkQueueItem`` with ``.message``) and
-  ``Worker.consumer_whitelist`` (``take_waiting``, ``put_back``, ``served_queues``).
+- ``Worker.work_queue`` (a ``PriorityQueue`` of ``_WorkQueueItem`` with ``.priority`` and
+  ``.message``) and ``Worker.consumer_whitelist`` (``take_waiting``, ``put_back``, ``take_first_below``,
+  ``first_is_below``,
+  ``served_queues``);
+- ``WorkerThread.work_queue`` and ``WorkerThread.process_message`` (``current_worker_thread``,
+  ``process_inline``): a worker thread runs a message it took from the work queue itself.
 
 Importing this module checks ``dramatiq.__version__`` against ``KNOWN_VERSIONS`` and raises
 ``UnsupportedDramatiq`` for any other version: an upgrade must be checked (run the compat tests,
@@ -23,6 +27,7 @@ risk: ``PHOTOJOBS_ALLOW_UNKNOWN_DRAMATIQ=1`` logs a warning instead of raising.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import queue
@@ -38,12 +43,14 @@ from dramatiq.common import compute_backoff, current_millis
 from dramatiq.errors import ConnectionClosed, DecodeError
 from dramatiq.message import Message
 from dramatiq.middleware import TimeLimit
+from dramatiq.worker import WorkerThread
 
 KNOWN_VERSIONS = ("2.2.1",)
 ALLOW_ENV = "PHOTOJOBS_ALLOW_UNKNOWN_DRAMATIQ"
 ADAPTED = (
     "_RedisConsumer.__next__, RedisBroker._should_do_maintenance and _max_unpack_size, the Redis key "
-    "layout, TimeLimit.manager.add_timeout/remove_timeout, Worker.work_queue"
+    "layout, TimeLimit.manager.add_timeout/remove_timeout, Worker.work_queue, "
+    "WorkerThread.work_queue/process_message"
 )
 log = logging.getLogger("photojobs.dramatiq_compat")
 
@@ -192,6 +199,38 @@ def put_back(worker: dramatiq.Worker, entry: Any) -> None:
     """``entry`` back in the work queue, at its place (its priority and queue time)."""
     worker.work_queue.put(entry)
     worker.work_queue.task_done()  # the put counted a second task for one message
+
+
+def take_first_below(work_queue: queue.PriorityQueue[Any], priority: int) -> Any | None:
+    """The work queue's first entry, taken out, if its Dramatiq priority is below ``priority``
+    (a message of an actor that goes first); None otherwise. One look and one take under the
+    queue's own lock: two threads never both take it, and a normal message is never taken."""
+    with work_queue.not_empty:
+        if not work_queue.queue or work_queue.queue[0].priority >= priority:  # a heap: [0] is first
+            return None
+        entry = work_queue._get()  # what PriorityQueue.get does under this lock
+        work_queue.not_full.notify()
+        return entry
+
+
+def first_is_below(work_queue: queue.PriorityQueue[Any], priority: int) -> bool:
+    """Whether the work queue's first entry has a Dramatiq priority below ``priority`` (a look only)."""
+    with work_queue.mutex:
+        return bool(work_queue.queue) and work_queue.queue[0].priority < priority
+
+
+def current_worker_thread() -> WorkerThread | None:
+    """This thread, if it is one of a Dramatiq worker's threads (it has a work queue and runs
+    messages), else None (a test calling an actor directly, the heartbeat thread)."""
+    thread = threading.current_thread()
+    return thread if isinstance(thread, WorkerThread) else None
+
+
+def process_inline(thread: WorkerThread, entry: Any) -> None:
+    """Run ``entry``'s message in this worker thread now, through every middleware hook, ack
+    included, as the thread's own loop would (``WorkerThread.process_message``). In a copy of the
+    thread's context: Dramatiq's ``CurrentMessage`` (a context variable) is the caller's again after."""
+    contextvars.copy_context().run(thread.process_message, entry.message)
 
 
 def served_queues(worker: dramatiq.Worker) -> set[str] | None:

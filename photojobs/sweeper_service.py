@@ -11,6 +11,8 @@ from photojobs.broker import RedisPublisher, build_broker
 from photojobs.config import Settings, describe_outage
 from photojobs.doorbell import SWEEP, SWEEP_CHANNEL, Doorbell
 from photojobs.maintenance import Maintenance, SweepReport, default_services
+from photojobs.maintenance.duties import DispatchLane
+from photojobs.maintenance.service import Service
 from photojobs.quiet import install as quiet_logging
 from photojobs.quiet import next_retry_text
 from store.engine import make_engine
@@ -52,9 +54,10 @@ class Sweeper:
         self._waker: threading.Thread | None = None
         self._bell: threading.Event | None = None
 
-    def once(self) -> SweepReport:
-        """One pass of every due service now (``photojobs sweep --once``, and each tick)."""
-        report = self.maintenance.run_pass()
+    def once(self, *, rung: bool = False) -> SweepReport:
+        """One pass of every due service now (``photojobs sweep --once``, and each tick); a pass the
+        doorbell ``rung`` dispatches first (``DispatchLane``: what a ring asks for)."""
+        report = self.maintenance.run_pass(first=_is_dispatch if rung else None)
         self.passes += 1
         self.last = report
         if report.revoked or report.republished or report.quarantined:
@@ -67,9 +70,9 @@ class Sweeper:
             )
         return report
 
-    def _tick(self) -> None:
+    def _tick(self, *, rung: bool = False) -> None:
         with self._pass_lock:
-            self._tick_unlocked()
+            self._tick_unlocked(rung=rung)
 
     def _wake_on_rings(self, bell: threading.Event) -> None:
         while True:
@@ -78,11 +81,11 @@ class Sweeper:
             if self._stopping.is_set():
                 break
             self.rung_passes += 1
-            self._tick()
+            self._tick(rung=True)
 
-    def _tick_unlocked(self) -> None:
+    def _tick_unlocked(self, *, rung: bool = False) -> None:
         try:
-            self.once()
+            self.once(rung=rung)
         except Exception as exc:  # noqa: BLE001 - keep sweeping through a database or Redis blip
             # One line per failed pass (the retry period) naming the next try; the traceback only
             # at debug level: an outage of Redis or the database is not a bug.
@@ -130,3 +133,7 @@ class Sweeper:
             self.scheduler = None
         self.broker.close()
         self.engine.dispose()
+
+
+def _is_dispatch(service: Service) -> bool:
+    return isinstance(service, DispatchLane)

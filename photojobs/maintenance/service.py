@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 log = logging.getLogger("photojobs.sweeper")
@@ -86,9 +86,14 @@ class Maintenance:
                 return svc
         raise KeyError(name)
 
-    def run_pass(self) -> SweepReport:
+    def run_pass(self, first: Callable[[Service], bool] | None = None) -> SweepReport:
+        """Every due service once, in order; those ``first`` names before the others (a rung pass:
+        the lanes' dispatch, so a job just submitted is not behind the pass's other duties)."""
         report = SweepReport()
-        for svc in self.services:
+        order = self.services
+        if first is not None:
+            order = [s for s in self.services if first(s)] + [s for s in self.services if not first(s)]
+        for svc in order:
             now = time.monotonic()
             if not svc.due(now):
                 continue

@@ -48,15 +48,21 @@ def _overtaken(engine: Engine, small: int, backlog: set[int]) -> int:
 
 
 def _busy_big_job(
-    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+    engine: Engine,
+    env: dict[str, str],
+    fleet: Fleet,
+    tmp_path: Path,
+    *,
+    threads: int = 2,
+    sleep: str = "0.02",
 ) -> tuple[Client, int, set[int]]:
-    """A big noop job running on one worker of two threads, with its messages waiting in Redis and
-    prefetched: the client, the job and its items queued at that moment (at least ``BACKLOG``)."""
+    """A big noop job running on one worker of ``threads`` threads, with its messages waiting in Redis
+    and prefetched: the client, the job and its items queued at that moment (at least ``BACKLOG``)."""
     make_files(tmp_path / "big", BIG)
     client = Client(Settings.from_env(env))
-    big = client.submit(["noop"], [tmp_path / "big"], {"noop.sleep": "0.02"}).job_id
+    big = client.submit(["noop"], [tmp_path / "big"], {"noop.sleep": sleep}).job_id
     fleet.start_sweeper()
-    fleet.start_worker(["noop"], threads=2)
+    fleet.start_worker(["noop"], threads=threads)
     wait_for(lambda: item_states(engine, big).get("succeeded", 0) >= 1, 60, what="the big job under way")
     backlog = wait_for(lambda: _at_least(_queued_items(engine, big), BACKLOG), 60, what="a backlog")
     return client, big, backlog
@@ -101,4 +107,44 @@ def test_an_explicit_priority_decides_who_goes_first(
     # (but for the batches the worker's two threads were running when it started)
     assert _overtaken(engine, urgent, backlog) >= len(backlog) // 2
     assert _overtaken(engine, normal, backlog) <= 2 * BATCH
+    client.engine.dispose()
+
+
+def _finished_around(engine: Engine, small: int, big: int) -> tuple[int] | None:
+    """How many of the big job's items were claimed before the small job's item and succeeded after
+    it, as a 1-tuple (``wait_for`` wants a truthy value); None until every event is numbered and
+    each of those items has succeeded."""
+    with Session(engine) as s:
+        rows = s.execute(
+            select(Event.type, Event.job_id, Event.item_id, Event.seq)
+            .where(Event.type.in_(("item_claimed", "item_succeeded")), Event.job_id.in_((small, big)))
+            .order_by(Event.seq)
+        ).all()
+    if any(r.seq is None for r in rows):
+        return None
+    at = {(r.type, r.job_id, r.item_id): i for i, r in enumerate(rows)}
+    claimed = [v for (t, j, _), v in at.items() if j == small and t == "item_claimed"]
+    succeeded = [v for (t, j, _), v in at.items() if j == small and t == "item_succeeded"]
+    if not claimed or not succeeded:
+        return None
+    before = [item for (t, j, item), v in at.items() if j == big and t == "item_claimed" and v < min(claimed)]
+    if any(("item_succeeded", big, item) not in at for item in before):
+        return None  # the batch that was running is not finished yet
+    return (sum(1 for item in before if at[("item_succeeded", big, item)] > max(succeeded)),)
+
+
+def test_a_one_photo_job_runs_between_the_items_of_the_batch_its_only_thread_is_running(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given a big job on a worker with one thread, running batch messages of 16 slow items
+    client, big, _ = _busy_big_job(engine, env, fleet, tmp_path, threads=1, sleep="0.05")
+    # When a one-photo job is submitted
+    make_files(tmp_path / "one", 1)
+    small = client.submit(["noop"], [tmp_path / "one"]).job_id
+    wait_job_done(engine, small, 120)
+    # Then it ran inside the batch the thread was running: items of the big job claimed before it
+    # finished after it (without that, the one thread finishes its whole batch first)
+    (around,) = wait_for(lambda: _finished_around(engine, small, big), 60, what="the batch around it done")
+    assert around >= 1
+    client.cancel(big)
     client.engine.dispose()

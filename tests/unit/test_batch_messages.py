@@ -376,3 +376,63 @@ class Recorder(dramatiq.Middleware):
     ) -> None:
         if exception is not None:
             self.exceptions.append(exception)
+
+
+def _work_queue_holds(harness: BatchHarness, n: int) -> bool:
+    return harness.worker.work_queue.qsize() >= n
+
+
+def test_an_interactive_message_runs_between_a_batchs_items_in_the_thread_running_the_batch(
+    harness: BatchHarness,
+) -> None:
+    # Given a batch message of four items on a worker with one thread, and a one-item job
+    batch = harness.submit(4)
+    (urgent,) = harness.submit(1)
+
+    def body(ctx: ItemContext) -> dict[str, int]:
+        if ctx.item_id == batch[0]:
+            # When the one-item job's interactive message reaches the worker during the batch's first item
+            harness.broker.enqueue(batch_message(SPEC, [Publish(urgent, 0, "noop", interactive=True)]))
+            wait_for(lambda: _work_queue_holds(harness, 1), 10, what="the interactive message queued")
+        return {"item": ctx.item_id}
+
+    harness.body = body
+    harness.broker.enqueue(batch_message(SPEC, [Publish(i, 0, "noop") for i in batch]))
+    harness.broker.join(SPEC.queue)
+    harness.broker.join(SPEC.interactive_queue)
+    harness.worker.join()
+    # Then it ran right after the item that was running, before the batch's other items
+    assert harness.ran == [batch[0], urgent, *batch[1:]]
+    # And every item ran once under its own lease and succeeded with its own result
+    for i in [*batch, urgent]:
+        row = harness.item(i)
+        assert row.state == "succeeded" and row.result == {"item": i} and row.attempt == 1, i
+        assert len(harness.events("item_claimed", i)) == 1 and len(harness.events("item_succeeded", i)) == 1
+
+
+def test_a_batch_item_stopped_while_an_interactive_message_ran_does_not_start(harness: BatchHarness) -> None:
+    # Given a batch of three items and a one-item job whose interactive message arrives during the first
+    batch = harness.submit(3)
+    (urgent,) = harness.submit(1)
+
+    def body(ctx: ItemContext) -> dict[str, int]:
+        if ctx.item_id == batch[0]:
+            harness.broker.enqueue(batch_message(SPEC, [Publish(urgent, 0, "noop", interactive=True)]))
+            wait_for(lambda: _work_queue_holds(harness, 1), 10, what="the interactive message queued")
+        if ctx.item_id == urgent:
+            # When the batch's job is cancelled while the interactive item runs (a heartbeat tells them)
+            store_jobs.cancel(harness.engine, harness.item(batch[0]).job_id)
+            harness.lease.heartbeat.beat()
+        return {"item": ctx.item_id}
+
+    harness.body = body
+    harness.broker.enqueue(batch_message(SPEC, [Publish(i, 0, "noop") for i in batch]))
+    harness.broker.join(SPEC.queue)
+    harness.broker.join(SPEC.interactive_queue)
+    harness.worker.join()
+    # Then the interactive item succeeded and the batch's later items never started nor used an attempt
+    assert harness.ran == [batch[0], urgent]
+    assert harness.item(urgent).state == "succeeded"
+    for i in batch[1:]:
+        row = harness.item(i)
+        assert row.state == "cancelled" and row.attempt == 0, (i, row.state, row.attempt)

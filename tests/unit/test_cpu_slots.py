@@ -122,3 +122,44 @@ def test_slots_default_to_the_cores_shared_out_between_the_fleets_processes() ->
     assert worker_env(4, {}, processes=1)["PHOTOJOBS_CPU_SLOTS"] == str(cores)
     assert worker_env(4, {}, processes=cores * 4)["PHOTOJOBS_CPU_SLOTS"] == "1"
     assert worker_env(4, {"PHOTOJOBS_CPU_SLOTS": "7"}, processes=2)["PHOTOJOBS_CPU_SLOTS"] == "7"
+
+
+def test_a_slot_kept_for_an_interactive_item_is_not_taken_by_a_waiting_normal_item() -> None:
+    # Given a one-slot gate held by a batch item, and a normal item of another thread waiting for it
+    gate = SlotGate(1)
+    order: list[str] = []
+    waiting = threading.Event()
+
+    def normal() -> None:
+        waiting.set()
+        with cpu_slot(_ctx(ANALYSIS, 2), gate):
+            order.append("normal")
+
+    with cpu_slot(_ctx(ANALYSIS, 1), gate, keep_if=lambda: True):
+        other = threading.Thread(target=normal)
+        other.start()
+        assert waiting.wait(10)
+    # When the batch item ends keeping its slot, and the interactive item then runs in this thread
+    other.join(timeout=0.3)
+    assert other.is_alive(), "the normal item took the kept slot"
+    with cpu_slot(_ctx(ANALYSIS, 3), gate):  # takes the kept slot: does not wait
+        order.append("interactive")
+    # Then the interactive item ran first, and the normal item got the slot after it
+    other.join(timeout=10)
+    assert order == ["interactive", "normal"]
+    assert gate.take_kept() is False
+
+
+def test_a_kept_slot_no_item_took_is_released() -> None:
+    # Given a slot kept for an interactive message that another thread ran instead
+    gate = SlotGate(1)
+    with cpu_slot(_ctx(ANALYSIS, 1), gate, keep_if=lambda: True):
+        pass
+    assert gate.acquire(blocking=False) is False
+    # When the thread releases what it kept
+    gate.release_kept()
+    gate.release_kept()  # a second call finds nothing kept
+    # Then the slot is free again, once
+    assert gate.acquire(blocking=False) is True
+    assert gate.acquire(blocking=False) is False
+    gate.release()

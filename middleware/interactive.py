@@ -1,0 +1,82 @@
+"""Interactive messages run between a batch's items, in the thread that runs the batch.
+
+An interactive message (a small or explicitly interactive job's, ``store.priority``) is first in a
+worker's work queue (its actor's Dramatiq priority). But when every worker thread is inside a batch
+message (up to ``LaneSpec.batch`` items, run one after another), it used to wait for one of them to
+finish its whole batch: under a full load a one-photo job took idle + 3-4 items' time.
+
+So a thread running a batch looks at its work queue between two items: if an interactive message
+is first, it takes it out and runs it right there (``run_waiting_interactive``), through every
+middleware hook as if its own loop had taken it (claim, run, fenced finish, ack), then goes on with
+its batch. Nothing is given back: the batch's remaining items keep their leases (the heartbeat
+renews them) and their place; they start one interactive message later. One level only: an
+interactive message run this way does not run another between its own items.
+
+What the thread's state is, it is again afterwards: the batch and item of this thread
+(``middleware.context``), Dramatiq's ``CurrentMessage`` (``process_inline`` runs in a copy of the
+context); the time limit is re-armed by the batch's next item (``run_batch``'s ``restart_clock``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from store.lanes import NORMAL_PRIORITY
+
+from .context import current_batch, peek_current, set_batch, set_current
+from .cpu_slots import process_gate
+from .dramatiq_compat import (
+    current_worker_thread,
+    disarm_time_limit,
+    first_is_below,
+    process_inline,
+    take_first_below,
+)
+
+log = logging.getLogger("photojobs.interactive")
+_local = threading.local()
+
+
+def interactive_waits() -> bool:
+    """Whether this worker thread would run an interactive message after its current item (one is
+    first in its work queue, and the thread is not running one already): then a CPU-bound item keeps
+    its slot for it (``middleware.cpu_slots``)."""
+    thread = current_worker_thread()
+    return (
+        thread is not None
+        and not getattr(_local, "inline", False)
+        and first_is_below(thread.work_queue, NORMAL_PRIORITY)
+    )
+
+
+def run_waiting_interactive() -> bool:
+    """If this is a worker thread and the first message of its work queue goes before the lanes'
+    normal messages, take it and run it now; True if one ran. Called after each item of a batch.
+    A CPU slot the item kept for it (``interactive_waits``) is released after, if it did not use it."""
+    try:
+        return _run_waiting_interactive()
+    finally:
+        process_gate().release_kept()
+
+
+def _run_waiting_interactive() -> bool:
+    thread = current_worker_thread()
+    if thread is None or getattr(_local, "inline", False):
+        return False
+    entry = take_first_below(thread.work_queue, NORMAL_PRIORITY)
+    if entry is None:
+        return False
+    batch, item = current_batch(), peek_current()
+    disarm_time_limit(thread.broker)  # the batch's last item's clock must not fire in the other message
+    set_batch(None)  # the other message's claim sets its own batch or item; none of this one's shows
+    set_current(None)
+    _local.inline = True
+    log.debug("running interactive message %s between the items of a batch", entry.message.message_id)
+    try:
+        process_inline(thread, entry)
+    finally:
+        _local.inline = False
+        set_batch(batch)
+        set_current(item)
+    return True
