@@ -41,6 +41,7 @@ from .models import (
     Job,
     Photo,
 )
+from .queries import job_for_change
 from .reasons import reason_class
 from .status import JobStatus, statuses
 
@@ -332,7 +333,7 @@ def discard(engine: Engine, job_id: int, item_ids: Collection[int]) -> int:
     retry and cancel take it. Returns how many changed; ``NothingToDiscard`` when none did."""
     ids = sorted({int(i) for i in item_ids})
     with Session(engine) as s, s.begin():
-        job = s.execute(select(Job.id).where(Job.id == job_id).with_for_update()).first()
+        job = s.execute(job_for_change(job_id, Job.id)).first()
         if job is None:
             raise UnknownJob(job_id)
         changed = []

@@ -12,6 +12,7 @@ from .clock import db_now
 from .errors import UnknownJob
 from .events import emit, emit_many
 from .models import CANCEL, CANCELLED, NOT_STARTED, PAUSE, PAUSED, PENDING, QUEUED, Item, Job
+from .queries import job_for_change
 
 
 def _set_items(
@@ -56,7 +57,7 @@ def _control(engine: Engine, job_id: int) -> tuple[Session, Job]:
     items this stops are settled by the sweeper (``store.intents.settle_orphans``)."""
     s = Session(engine)
     s.begin()
-    job = s.execute(select(Job).where(Job.id == job_id).with_for_update()).scalar_one_or_none()
+    job = s.execute(job_for_change(job_id)).scalar_one_or_none()
     if job is None:
         s.rollback()
         s.close()

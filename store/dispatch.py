@@ -225,7 +225,9 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
             # Lock order job -> item: the jobs first (KEY SHARE, id order). Updating an item row this
             # transaction already updated makes PostgreSQL re-check its foreign key, a KEY SHARE lock
             # on the job taken *after* the items: a cancel holding the job for update and locking
-            # the items in id order then deadlocked with the dispatch (CI, 2026-12-05).
+            # the items in id order then deadlocked with the dispatch (CI, 2026-12-05). Job changes
+            # now lock ``FOR NO KEY UPDATE`` (``queries.job_for_change``), which KEY SHARE does not
+            # wait for; a prune's ``FOR UPDATE`` still is, so the jobs are still locked first.
             conn.execute(_LOCK_JOBS, {"ids": sorted({r.job_id for r in picked})}).all()
         queued_ids = set(conn.execute(mark_queued_sql(dialect), {"ids": [r.id for r in picked]}).scalars())
         if len(queued_ids) < len(picked):

@@ -266,6 +266,18 @@ def item_photos_query(item_id: int) -> Select[tuple[int]]:
     return select(ItemPhoto.photo_id).where(ItemPhoto.item_id == item_id)
 
 
+def job_for_change(job_id: int, *columns: Any) -> Select[Any]:
+    """The job row (or ``columns`` of it) locked for a change of its own columns — cancel, pause,
+    resume, retry, discard: ``FOR NO KEY UPDATE`` on PostgreSQL, the lock its own ``UPDATE`` takes.
+    Not ``FOR UPDATE``: that one also conflicts with the ``KEY SHARE`` lock PostgreSQL's foreign-key
+    check takes on the job when a transaction updates one of its items a second time, after that
+    item's row lock — the job → item order turned around, a deadlock with any transaction holding
+    the job and waiting for that item (docs/design.md, "The dispatcher locks its jobs first"). It
+    still conflicts with every share lock the claim, finish, dispatch and sweeper paths take on
+    the job. Only a prune, which deletes jobs, locks them ``FOR UPDATE`` (``store.retention``)."""
+    return select(*(columns or (Job,))).where(Job.id == job_id).with_for_update(key_share=True)
+
+
 def job_control_shared(job_id: int) -> Select[tuple[str | None]]:
     """The job's control request under a share lock (lock order: the job before any of its items)."""
     return select(Job.control).where(Job.id == job_id).with_for_update(read=True)

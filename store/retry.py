@@ -33,8 +33,8 @@ from .models import (
     TERMINAL,
     WAITING,
     Item,
-    Job,
 )
+from .queries import job_for_change
 
 CHUNK = 1000
 
@@ -52,7 +52,7 @@ def retry(engine: Engine, job_id: int, lane: str | None = None, items: Collectio
     back to work; returns how many items changed. Raises ``UnknownJob``, or ``NothingToRetry`` when
     there is nothing to retry or the job is still stopping after a cancel."""
     with Session(engine) as s, s.begin():
-        job = s.execute(select(Job).where(Job.id == job_id).with_for_update()).scalar_one_or_none()
+        job = s.execute(job_for_change(job_id)).scalar_one_or_none()
         if job is None:
             raise UnknownJob(job_id)
         rows = s.execute(

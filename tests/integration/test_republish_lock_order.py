@@ -16,6 +16,7 @@ from store.engine import make_engine
 from store.items import claim_failed
 from store.lanes import lane_spec
 from store.models import Item, Job
+from store.queries import job_for_change
 from tests.support import photo_inputs, wait_for, waiting_for_a_lock
 
 NOOP = lane_spec("noop", env={})
@@ -123,5 +124,52 @@ def test_a_dispatch_waits_for_a_cancel_holding_the_job_instead_of_deadlocking(
         assert cancel_error is None, cancel_error
         assert "error" not in outcome, outcome.get("error")
         assert sorted(p.item_id for p in outcome["result"]) == [a, b]  # type: ignore[attr-defined]
+    finally:
+        engine.dispose()
+
+
+def test_a_change_of_a_job_does_not_deadlock_with_a_transaction_updating_its_item_twice(
+    pg_url: str, tmp_path: Path
+) -> None:
+    engine = make_engine(pg_url)
+    try:
+        # Given a job with an item A, and a control transaction (cancel, pause, resume, retry,
+        # discard) holding the job row as they lock it
+        photos = [store_jobs.PhotoInput(str(tmp_path / "p.jpg"), 1)]
+        job = store_jobs.submit(engine, [NOOP], photos).job_id
+        with engine.connect() as conn:
+            (a,) = conn.execute(select(Item.id).where(Item.job_id == job)).scalars()
+        control = engine.connect()
+        tx = control.begin()
+        control.execute(job_for_change(job)).all()
+        outcome: dict[str, object] = {}
+
+        def twice() -> None:
+            # When another transaction updates A twice (its second UPDATE's foreign-key check takes
+            # KEY SHARE on the job, after A's row lock), as a dispatch or a finish may
+            try:
+                with engine.begin() as conn:
+                    for _ in range(2):
+                        conn.execute(update(Item).where(Item.id == a).values(updated_at=Item.updated_at))
+                outcome["done"] = True
+            except Exception as exc:  # noqa: BLE001 - reported to the test
+                outcome["error"] = exc
+
+        other = threading.Thread(target=twice)
+        other.start()
+        wait_for(lambda: "done" in outcome or waiting_for_a_lock(engine) >= 1, 30, what="the other one")
+        # And the control transaction then updates A and commits
+        control_error = None
+        try:
+            control.execute(update(Item).where(Item.id == a).values(updated_at=Item.updated_at))
+            tx.commit()
+        except Exception as exc:  # noqa: BLE001 - the assertion names it
+            control_error = exc
+            tx.rollback()
+        control.close()
+        other.join(60)
+        # Then neither was aborted as a deadlock (a job lock taken FOR UPDATE deadlocks here)
+        assert control_error is None, control_error
+        assert outcome == {"done": True}, outcome
     finally:
         engine.dispose()
