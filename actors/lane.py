@@ -74,7 +74,8 @@ def lane_actor(name: str) -> Callable[[Callable[[ItemContext], Any]], dramatiq.A
 
     def declare(fn: Callable[[ItemContext], Any]) -> dramatiq.Actor:
         def work_in_batch(ctx: ItemContext) -> Any:
-            return in_a_cpu_slot(ctx, fn, alone=False, keep_if=interactive_waits)
+            keep = lambda: interactive_waits(ctx.spec.interactive_queue)  # noqa: E731 - the slot's lane only
+            return in_a_cpu_slot(ctx, fn, alone=False, keep_if=keep)
 
         def run(*args: int) -> None:
             batch = current_batch()

@@ -213,10 +213,15 @@ def take_first_below(work_queue: queue.PriorityQueue[Any], priority: int) -> Any
         return entry
 
 
-def first_is_below(work_queue: queue.PriorityQueue[Any], priority: int) -> bool:
-    """Whether the work queue's first entry has a Dramatiq priority below ``priority`` (a look only)."""
+def first_is_below(
+    work_queue: queue.PriorityQueue[Any], priority: int, queue_name: str | None = None
+) -> bool:
+    """Whether the work queue's first entry has a Dramatiq priority below ``priority`` (and, given
+    ``queue_name``, came from that queue): a look only."""
     with work_queue.mutex:
-        return bool(work_queue.queue) and work_queue.queue[0].priority < priority
+        if not work_queue.queue or work_queue.queue[0].priority >= priority:
+            return False
+        return queue_name is None or work_queue.queue[0].message.queue_name == queue_name
 
 
 def current_worker_thread() -> WorkerThread | None:

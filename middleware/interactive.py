@@ -38,15 +38,16 @@ log = logging.getLogger("photojobs.interactive")
 _local = threading.local()
 
 
-def interactive_waits() -> bool:
-    """Whether this worker thread would run an interactive message after its current item (one is
-    first in its work queue, and the thread is not running one already): then a CPU-bound item keeps
-    its slot for it (``middleware.cpu_slots``)."""
+def interactive_waits(queue_name: str | None = None) -> bool:
+    """Whether this worker thread would run an interactive message (of ``queue_name``, given one)
+    after its current item: one is first in its work queue, and the thread is not running one
+    already. A CPU-bound item keeps its slot for its own lane's (``middleware.cpu_slots``): an
+    interactive message of a lane that waits on exiftool or the network must not hold it idle."""
     thread = current_worker_thread()
     return (
         thread is not None
         and not getattr(_local, "inline", False)
-        and first_is_below(thread.work_queue, NORMAL_PRIORITY)
+        and first_is_below(thread.work_queue, NORMAL_PRIORITY, queue_name)
     )
 
 

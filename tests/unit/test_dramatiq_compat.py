@@ -272,3 +272,33 @@ def test_the_served_queues_are_the_workers_whitelist() -> None:
     broker = StubBroker(middleware=[])
     assert compat.served_queues(dramatiq.Worker(broker, queues={"a", "b"}, worker_threads=1)) == {"a", "b"}
     assert compat.served_queues(dramatiq.Worker(broker, worker_threads=1)) is None
+
+
+def _entry(priority: int, queue_name: str) -> Any:
+    message = dramatiq.Message(queue_name=queue_name, actor_name="a", args=(), kwargs={}, options={})
+    return _WorkQueueItem(priority, MessageProxy(message))
+
+
+def test_only_a_first_entry_of_a_lower_priority_is_taken_from_the_work_queue() -> None:
+    import queue
+
+    # Given a work queue holding a normal message, then an interactive one of another lane's queue
+    work: queue.PriorityQueue[Any] = queue.PriorityQueue()
+    work.put(_entry(10, "photojobs.analysis"))
+    work.put(_entry(0, "photojobs.exif.interactive"))
+    # Then it is first, of that queue and not of the analysis one, and only it is taken
+    assert compat.first_is_below(work, 10)
+    assert compat.first_is_below(work, 10, "photojobs.exif.interactive")
+    assert not compat.first_is_below(work, 10, "photojobs.analysis.interactive")
+    taken = compat.take_first_below(work, 10)
+    assert taken is not None and taken.message.queue_name == "photojobs.exif.interactive"
+    # And a normal message first is neither seen as interactive nor taken
+    assert not compat.first_is_below(work, 10)
+    assert compat.take_first_below(work, 10) is None
+    assert work.qsize() == 1
+
+
+def test_a_worker_thread_is_told_apart_from_other_threads() -> None:
+    # Given a thread that is not one of a Dramatiq worker's
+    # Then it is not taken for one (nothing runs inline in it)
+    assert compat.current_worker_thread() is None
