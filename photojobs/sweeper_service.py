@@ -81,7 +81,25 @@ class Sweeper:
             if self._stopping.is_set():
                 break
             self.rung_passes += 1
-            self._tick(rung=True)
+            if self._pass_lock.acquire(blocking=False):
+                try:
+                    self._tick_unlocked(rung=True)
+                finally:
+                    self._pass_lock.release()
+            else:
+                self._dispatch_now()  # a pass is under way: the ring's dispatch does not wait for it
+                self._tick(rung=True)
+
+    def _dispatch_now(self) -> None:
+        """The lanes' dispatch, outside the pass lock, while a pass is under way (its other duties
+        take tens of milliseconds under a full load). A dispatch is safe beside another one (the
+        workers' top-ups run beside the sweeper's); a failure here is left to the pass that follows."""
+        for svc in self.maintenance.services:
+            if _is_dispatch(svc):
+                try:
+                    svc.run_once()
+                except Exception:  # noqa: BLE001 - the rung pass after this one dispatches again
+                    log.debug("dispatch on a ring failed; the next pass dispatches", exc_info=True)
 
     def _tick_unlocked(self, *, rung: bool = False) -> None:
         try:

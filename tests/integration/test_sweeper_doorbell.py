@@ -5,6 +5,7 @@ dispatch within seconds."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from sqlalchemy.orm import Session
 from photojobs.api import Client
 from photojobs.config import Settings
 from photojobs.doorbell import ring_sweepers
+from photojobs.maintenance.service import Service
 from photojobs.sweeper_service import Sweeper
 from store.models import Item
 from tests.support import make_files, wait_for
@@ -109,4 +111,54 @@ def test_submitting_with_redis_unreachable_still_writes_the_job(env: dict[str, s
         assert len(_states(client, job)) == 2
         assert ring_sweepers(settings.redis_url) is False
     finally:
+        client.engine.dispose()
+
+
+class _Blocking(Service):
+    """A duty that, once armed, holds its pass until released: a pass under way for as long as a
+    test wants."""
+
+    name, what = "blocking", "a test duty that blocks"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = threading.Event()
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def run_once(self) -> dict[str, int]:
+        if self.armed.is_set():
+            self.started.set()
+            self.release.wait(30)
+        return {}
+
+
+def test_a_ring_during_a_pass_dispatches_without_waiting_for_the_pass(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    # Given a listening sweeper whose pass is under way and held up by a slow duty (as a pass under
+    # a full load is, for tens of milliseconds)
+    settings = Settings.from_env({**env, "PHOTOJOBS_SWEEP_INTERVAL": LONG_INTERVAL})
+    sweeper = Sweeper(settings)
+    blocking = _Blocking()
+    sweeper.maintenance.services.insert(0, blocking)
+    sweeper.start()
+    client = Client(settings)
+    held = threading.Thread(target=sweeper._tick, daemon=True)  # what the scheduler runs each interval
+    try:
+        wait_for(lambda: sweeper.doorbell.listening, 10, what="the sweeper's doorbell to subscribe")
+        blocking.armed.set()
+        held.start()
+        assert blocking.started.wait(10), "the pass did not start"
+        # When a client submits a job meanwhile (it rings the sweeper)
+        make_files(tmp_path / "in", 3)
+        job = client.submit(["noop"], [tmp_path / "in"]).job_id
+        # Then the job's items are queued while that pass is still held up
+        wait_for(lambda: _states(client, job) == ["queued"] * 3, 10, what="the job's 3 items queued")
+        assert sweeper._pass_lock.locked() and not blocking.release.is_set()
+    finally:
+        blocking.release.set()
+        if held.is_alive():
+            held.join(30)
+        sweeper.stop()
         client.engine.dispose()
