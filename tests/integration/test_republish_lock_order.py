@@ -135,8 +135,7 @@ def test_a_change_of_a_job_does_not_deadlock_with_a_transaction_updating_its_ite
     try:
         # Given a job with an item A, and a control transaction (cancel, pause, resume, retry,
         # discard) holding the job row as they lock it
-        photos = [store_jobs.PhotoInput(str(tmp_path / "p.jpg"), 1)]
-        job = store_jobs.submit(engine, [NOOP], photos).job_id
+        job = store_jobs.submit(engine, [NOOP], photo_inputs(tmp_path, 1)).job_id
         with engine.connect() as conn:
             (a,) = conn.execute(select(Item.id).where(Item.job_id == job)).scalars()
         control = engine.connect()

@@ -382,6 +382,20 @@ def _work_queue_holds(harness: BatchHarness, n: int) -> bool:
     return harness.worker.work_queue.qsize() >= n
 
 
+def _send_interactive(harness: BatchHarness, item: int) -> None:
+    """``item``'s interactive message, sent from inside a running item: back once the worker has it."""
+    harness.broker.enqueue(batch_message(SPEC, [Publish(item, 0, "noop", interactive=True)]))
+    wait_for(lambda: _work_queue_holds(harness, 1), 10, what="the interactive message queued")
+
+
+def _deliver_with_interactive(harness: BatchHarness, batch: list[int]) -> None:
+    """One batch message naming ``batch``, processed to the end with what the interactive queue gets."""
+    harness.broker.enqueue(batch_message(SPEC, [Publish(i, 0, "noop") for i in batch]))
+    harness.broker.join(SPEC.queue)
+    harness.broker.join(SPEC.interactive_queue)
+    harness.worker.join()
+
+
 def test_an_interactive_message_runs_between_a_batchs_items_in_the_thread_running_the_batch(
     harness: BatchHarness,
 ) -> None:
@@ -392,15 +406,11 @@ def test_an_interactive_message_runs_between_a_batchs_items_in_the_thread_runnin
     def body(ctx: ItemContext) -> dict[str, int]:
         if ctx.item_id == batch[0]:
             # When the one-item job's interactive message reaches the worker during the batch's first item
-            harness.broker.enqueue(batch_message(SPEC, [Publish(urgent, 0, "noop", interactive=True)]))
-            wait_for(lambda: _work_queue_holds(harness, 1), 10, what="the interactive message queued")
+            _send_interactive(harness, urgent)
         return {"item": ctx.item_id}
 
     harness.body = body
-    harness.broker.enqueue(batch_message(SPEC, [Publish(i, 0, "noop") for i in batch]))
-    harness.broker.join(SPEC.queue)
-    harness.broker.join(SPEC.interactive_queue)
-    harness.worker.join()
+    _deliver_with_interactive(harness, batch)
     # Then it ran right after the item that was running, before the batch's other items
     assert harness.ran == [batch[0], urgent, *batch[1:]]
     # And every item ran once under its own lease and succeeded with its own result
@@ -417,8 +427,7 @@ def test_a_batch_item_stopped_while_an_interactive_message_ran_does_not_start(ha
 
     def body(ctx: ItemContext) -> dict[str, int]:
         if ctx.item_id == batch[0]:
-            harness.broker.enqueue(batch_message(SPEC, [Publish(urgent, 0, "noop", interactive=True)]))
-            wait_for(lambda: _work_queue_holds(harness, 1), 10, what="the interactive message queued")
+            _send_interactive(harness, urgent)
         if ctx.item_id == urgent:
             # When the batch's job is cancelled while the interactive item runs (a heartbeat tells them)
             store_jobs.cancel(harness.engine, harness.item(batch[0]).job_id)
@@ -426,10 +435,7 @@ def test_a_batch_item_stopped_while_an_interactive_message_ran_does_not_start(ha
         return {"item": ctx.item_id}
 
     harness.body = body
-    harness.broker.enqueue(batch_message(SPEC, [Publish(i, 0, "noop") for i in batch]))
-    harness.broker.join(SPEC.queue)
-    harness.broker.join(SPEC.interactive_queue)
-    harness.worker.join()
+    _deliver_with_interactive(harness, batch)
     # Then the interactive item succeeded and the batch's later items never started nor used an attempt
     assert harness.ran == [batch[0], urgent]
     assert harness.item(urgent).state == "succeeded"
