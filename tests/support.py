@@ -186,14 +186,30 @@ class Fleet:
         self.procs.append(proc)
         return proc
 
+    def kill(self, proc: subprocess.Popen[bytes]) -> None:
+        """SIGKILL every process of ``proc``'s group (its session: the worker's Dramatiq children
+        too) while its leader is not reaped yet (so the group id is still ours), then reap it.
+        ``proc.kill()`` alone leaves those children running as orphans, which go on consuming this
+        test worker's Redis queues in later tests (two fresh-clone runs: a later test's messages
+        taken by a killed test's worker child, its items queued forever)."""
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
     def stop(self) -> None:
         for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGCONT)
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            if p.poll() is None:  # a group whose leader was reaped may have a reused id: kill with ``kill``
+                for sig in (signal.SIGCONT, signal.SIGKILL):
+                    try:
+                        os.killpg(p.pid, sig)
+                    except ProcessLookupError:
+                        break
         for p in self.procs:
             try:
                 p.wait(timeout=10)

@@ -100,8 +100,7 @@ def test_a_lane_paused_through_the_web_stays_paused_across_worker_and_web_restar
             assert http.post("/api/lanes/nope/pause").status_code == 404
         # And the web server and the worker restart, then a noop job is submitted
         web.stop()
-        worker.kill()
-        worker.wait()
+        fleet.kill(worker)  # the whole worker: its Dramatiq child too
         fleet.start_worker(["noop", "analysis"], threads=2)
         web.start()
         job = client.submit(["noop"], [tmp_path / "files"], {"noop.sleep": "0.05"}).job_id
