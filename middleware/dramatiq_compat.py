@@ -14,8 +14,7 @@ What it adapts (each has a test in ``tests/unit/test_dramatiq_compat.py``):
 - ``TimeLimit.manager.add_timeout`` / ``remove_timeout`` (``restart_time_limit``, ``disarm_time_limit``);
 - ``Worker.work_queue`` (a ``PriorityQueue`` of ``_WorkQueueItem`` with ``.priority`` and
   ``.message``) and ``Worker.consumer_whitelist`` (``take_waiting``, ``put_back``, ``take_first_below``,
-  ``first_is_below``,
-  ``served_queues``);
+  ``first_is_below``, ``served_queues``);
 - ``WorkerThread.work_queue`` and ``WorkerThread.process_message`` (``current_worker_thread``,
   ``process_inline``): a worker thread runs a message it took from the work queue itself.
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from dramatiq.worker import WorkerThread
+
 from store.lanes import NORMAL_PRIORITY
 
 from .context import current_batch, peek_current, set_batch, set_current
@@ -38,17 +40,18 @@ log = logging.getLogger("photojobs.interactive")
 _local = threading.local()
 
 
+def _free_worker_thread() -> WorkerThread | None:
+    """This thread, if it is a worker thread not already running an interactive message inline."""
+    return None if getattr(_local, "inline", False) else current_worker_thread()
+
+
 def interactive_waits(queue_name: str | None = None) -> bool:
     """Whether this worker thread would run an interactive message (of ``queue_name``, given one)
     after its current item: one is first in its work queue, and the thread is not running one
     already. A CPU-bound item keeps its slot for its own lane's (``middleware.cpu_slots``): an
     interactive message of a lane that waits on exiftool or the network must not hold it idle."""
-    thread = current_worker_thread()
-    return (
-        thread is not None
-        and not getattr(_local, "inline", False)
-        and first_is_below(thread.work_queue, NORMAL_PRIORITY, queue_name)
-    )
+    thread = _free_worker_thread()
+    return thread is not None and first_is_below(thread.work_queue, NORMAL_PRIORITY, queue_name)
 
 
 def run_waiting_interactive() -> bool:
@@ -62,8 +65,8 @@ def run_waiting_interactive() -> bool:
 
 
 def _run_waiting_interactive() -> bool:
-    thread = current_worker_thread()
-    if thread is None or getattr(_local, "inline", False):
+    thread = _free_worker_thread()
+    if thread is None:
         return False
     entry = take_first_below(thread.work_queue, NORMAL_PRIORITY)
     if entry is None:
