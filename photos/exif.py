@@ -322,13 +322,21 @@ def _current_tags(tool: exiftool.ExifTool, path: Path, messages: Messages | None
     out, warnings = tool.execute_with_warnings(
         "-j", "-G1", "-a", *_STATE_TAGS, os.path.abspath(path), retry_if_died=True
     )
-    said = classify(warnings, os.path.abspath(path))
+    said = classify([*warnings, *read_warnings(tool, path)], os.path.abspath(path))
     refusal = said.refusal()
     if refusal:  # e.g. "Bad IFD0 directory": what the file says cannot be read, so nothing is written
         raise PhotoError(path, f"exiftool warned, nothing written: {refusal}")
     if messages is not None:
         messages.fixed += [w for w in said.fixed if w not in messages.fixed]
     return _json_record(path, out)
+
+
+def read_warnings(tool: exiftool.ExifTool, path: Path) -> list[str]:
+    """Every warning exiftool has about the file when it reads it (reading reports them as
+    ``ExifTool:Warning`` tags, not on stderr; ``-G1:4`` numbers the copies so none is lost)."""
+    out = tool.execute("-j", "-G1:4", "-a", "-ExifTool:Warning", os.path.abspath(path), retry_if_died=True)
+    record = _json_record(path, out)
+    return [str(v) for k, v in record.items() if k.endswith(":Warning")]
 
 
 def _clock_tags(tool: exiftool.ExifTool, path: Path) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from typing import Any
 
 from photos import exiftool
 from photos.errors import NeedsExiftool, PhotoError
-from photos.exif import ExifEdit, exiftool_args
+from photos.exif import ExifEdit, exiftool_args, read_warnings
 from photos.exiftool_messages import classify
 from photos.formats import PHOTO_SUFFIXES
 from photos.keywords import KEYWORD_TAGS
@@ -132,7 +132,7 @@ def _record(tool: exiftool.ExifTool, path: Path, *tags: str, written: bool = Tru
     out, warnings = tool.execute_with_warnings(
         "-j", "-G1", "-a", *tags, os.path.abspath(path), retry_if_died=True
     )
-    said = classify(warnings, os.path.abspath(path))
+    said = classify([*warnings, *read_warnings(tool, path)], os.path.abspath(path))
     refusal = said.refusal() if written else "; ".join(said.serious)
     if refusal:
         raise PhotoError(path, f"exiftool warned, nothing written: {refusal}")
