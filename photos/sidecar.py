@@ -18,11 +18,12 @@ without ``exif:DateTimeOriginal`` gets the raw's, shifted):
 Any other photo (JPEG, HEIC, …) may have a sidecar too, by the same two names: ``IMG_0002.JPG.xmp``
 (darktable) or ``IMG_0002.xmp`` (Lightroom, Capture One) -- the latter only when no raw shares the
 stem (a RAW+JPEG pair's ``IMG_0001.xmp`` is the raw's, as Lightroom has it; of several other photos
-sharing a stem, the first by name). An edit of such a photo writes its sidecar too, so the two never
-disagree (``actors/exif.py``); a photo without one gets none.
+sharing a stem, the first by name; :func:`sidecar_of`). An edit of such a photo writes its sidecar
+too, so the two never disagree (``actors/exif.py``); a photo without one gets none.
 
-Both names travel with their photo as one unit (:func:`companions`): a rename, an archive move or an
-upload takes the photo and its sidecars together, renamed to the photo's new name.
+Both names travel with their raw as one unit (:func:`companions`): a rename, an archive move or an
+upload takes the raw and its sidecars together, renamed to the raw's new name (a darktable
+``IMG_0002.JPG.xmp`` travels with its JPEG the same way).
 """
 
 from __future__ import annotations
@@ -71,14 +72,14 @@ def _stem_owner(stem: str, names: set[str] | dict[str, str]) -> str | None:
 
 def companions(photo: str | os.PathLike[str]) -> list[Path]:
     """The sidecars that belong to ``photo``, as found on disk (any case): ``NAME.EXT.xmp``
-    (darktable writes one for any photo), then ``NAME.xmp`` (Lightroom's) where ``photo`` owns it
-    (:func:`_stem_owner`: a raw before any other photo of that stem)."""
+    (darktable writes one for any photo), and for a raw then ``NAME.xmp`` (Lightroom's)."""
     photo = Path(photo)
+    return _found(photo, [f"{photo.name}{SUFFIX}"] + ([f"{photo.stem}{SUFFIX}"] if is_raw(photo) else []))
+
+
+def _found(photo: Path, wanted_names: list[str]) -> list[Path]:
     names = _entries(photo.parent)
     found = []
-    wanted_names = [f"{photo.name}{SUFFIX}"]
-    if _stem_owner(photo.stem.casefold(), names) == photo.name.casefold():
-        wanted_names.append(f"{photo.stem}{SUFFIX}")
     for wanted in wanted_names:
         name = names.get(wanted.casefold())
         # a regular file only: a symlink (perhaps out of the photo roots) is never read or moved
@@ -88,9 +89,14 @@ def companions(photo: str | os.PathLike[str]) -> list[Path]:
 
 
 def sidecar_of(photo: str | os.PathLike[str]) -> Path | None:
-    """The sidecar a photo's (raw or not) metadata is written to now: the first of
-    :func:`companions`, or None."""
+    """The sidecar a photo's (raw or not) metadata is written to now, or None: the first of
+    :func:`companions`; for another photo then ``NAME.xmp`` where the photo owns it
+    (:func:`_stem_owner`: no raw shares its stem, and it is the first photo of that stem)."""
+    photo = Path(photo)
     found = companions(photo)
+    if not found and not is_raw(photo):
+        if _stem_owner(photo.stem.casefold(), _entries(photo.parent)) == photo.name.casefold():
+            found = _found(photo, [f"{photo.stem}{SUFFIX}"])
     return found[0] if found else None
 
 
@@ -111,12 +117,12 @@ def companion_target(companion: Path, photo: Path, new_photo: Path) -> Path:
 
 def owner_of(sidecar: Path, names: set[str]) -> str | None:
     """The file a sidecar belongs to among ``names`` (case-folded names of its folder): ``X.CR2``
-    for ``X.CR2.xmp``; for ``X.xmp`` a raw named ``X.*``, else another photo named ``X.*``
-    (:func:`_stem_owner`); None when neither is there."""
+    for ``X.CR2.xmp``, a raw named ``X.*`` for ``X.xmp``; None when neither is there."""
     body = sidecar.name[: -len(SUFFIX)].casefold()
     if body in names:
         return body
-    return _stem_owner(body, names)
+    stem = body + "."
+    return next((n for n in sorted(names) if n.startswith(stem) and is_raw(n)), None)
 
 
 def _tool(path: Path) -> exiftool.ExifTool:

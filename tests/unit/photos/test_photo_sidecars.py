@@ -5,14 +5,13 @@ never disagree; a RAW+JPEG pair's ``NAME.xmp`` stays the raw's. Real exiftool on
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from datetime import timedelta
 from pathlib import Path
 
 from photojobs.testing import samples
 from photos.exif import ExifEdit
-from photos.sidecar import companions, owner_of, read_sidecar, sidecar_of, write_sidecar
+from photos.sidecar import read_sidecar, sidecar_of, write_sidecar
 from tests.raw_support import make_raw, preview_jpeg
 
 
@@ -59,7 +58,7 @@ def test_a_jpeg_sidecar_of_either_name_gets_the_photos_edit(tmp_path: Path) -> N
     samples._pattern((64, 48)).save(other, "JPEG")
     darktable = _sidecar(tmp_path / "IMG_2.jpg.xmp", "-XMP-dc:Subject=old")
     # When the sidecars are found and an edit planned
-    assert sidecar_of(jpeg) == lightroom and companions(jpeg) == [lightroom]
+    assert sidecar_of(jpeg) == lightroom
     assert sidecar_of(other) == darktable
     edit = ExifEdit(keywords=["Family", "beach"], shift=timedelta(hours=1))
     target, content, before = write_sidecar(jpeg, edit)
@@ -79,10 +78,8 @@ def test_a_raw_jpeg_pairs_stem_sidecar_is_the_raws(tmp_path: Path) -> None:
     # Given a RAW+JPEG pair with one Lightroom sidecar, and a lone JPEG with its own
     for name in ("IMG_5.CR2", "IMG_5.JPG", "IMG_5.xmp", "IMG_6.jpeg", "IMG_6.XMP"):
         (tmp_path / name).write_bytes(b"x")
-    names = {n.casefold() for n in os.listdir(tmp_path)}
-    # When owners are asked / Then the pair's sidecar belongs to the raw alone, the lone JPEG owns its own
-    assert [p.name for p in companions(tmp_path / "IMG_5.CR2")] == ["IMG_5.xmp"]
-    assert companions(tmp_path / "IMG_5.JPG") == []
-    assert [p.name for p in companions(tmp_path / "IMG_6.jpeg")] == ["IMG_6.XMP"]
-    assert owner_of(tmp_path / "IMG_5.xmp", names) == "img_5.cr2"
-    assert owner_of(tmp_path / "IMG_6.XMP", names) == "img_6.jpeg"
+    # When the sidecar each photo's edit goes to is asked
+    # Then the pair's sidecar is the raw's alone, the lone JPEG's is its own
+    assert sidecar_of(tmp_path / "IMG_5.CR2") == tmp_path / "IMG_5.xmp"
+    assert sidecar_of(tmp_path / "IMG_5.JPG") is None
+    assert sidecar_of(tmp_path / "IMG_6.jpeg") == tmp_path / "IMG_6.XMP"
