@@ -423,9 +423,9 @@ def exiftool_args(
         xmp_written = xmp_written or any(a.startswith("-XMP") for a in args)
     iptc_args = [a for a in args if a.startswith("-IPTC:")]
     if iptc_args:
-        assigned = sorted({a[1:].split("=", 1)[0] for a in iptc_args if not a.endswith("=")})
-        if assigned:
-            args += charset_args(current, assigned, iptc_charset)
+        named = sorted({a[1:].split("=", 1)[0] for a in iptc_args})  # set or cleared: never copied back
+        if any(not a.endswith("=") for a in iptc_args):
+            args += charset_args(current, named, iptc_charset)
         if current.get("Photoshop:IPTCDigest"):
             args.append("-Photoshop:IPTCDigest=new")  # Photoshop and Lightroom compare it with the block
     if xmp_written:

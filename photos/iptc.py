@@ -81,8 +81,8 @@ def reread_as_utf8(tool: exiftool.ExifTool, path: Path) -> dict[str, Any]:
 
 def charset_args(current: Mapping[str, Any], assigned: list[str], source: str | None) -> list[str]:
     """Mark IPTC as UTF-8. A block in another charset (``source``, see :func:`source_charset`;
-    None: nothing to convert) is converted: the values the edit does not assign are copied back,
-    read in ``source``, written as UTF-8, so their text is kept."""
+    None: nothing to convert) is converted: the values the edit does not set or clear
+    (``assigned``) are copied back, read in ``source``, written as UTF-8, so their text is kept."""
     args = [f"-IPTC:CodedCharacterSet={UTF8}"]
     if source is None:
         return args

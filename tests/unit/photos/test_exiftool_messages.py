@@ -103,3 +103,8 @@ def test_a_legacy_iptc_block_is_converted_from_its_real_charset(tmp_path: Path, 
     # Then it is written all the same ("No writable tags set" is no refusal)
     after = _dump(all_three)
     assert (after["IPTC:Keywords"], after["IPTC:Caption-Abstract"]) == (["Café", "Family", "New"], "Plage")
+    # When every keyword is removed while another value is set / Then none is copied back
+    cleared = staged_path(src, "t3")
+    write_metadata(src, cleared, ExifEdit(keywords_remove=["café", "family"], artist="Ann"))
+    after = _dump(cleared)
+    assert "IPTC:Keywords" not in after and after["IPTC:Caption-Abstract"] == "Fête à Noël"
