@@ -13,10 +13,12 @@ PYTEST_XDIST ?= -n 4 --dist worksteal
 
 .PHONY: venv demo test lint unit chaos scale bench clean
 
-$(STAMP): pyproject.toml
+# The pinned ExifTool (pyproject.toml [tool.photojobs.exiftool]) goes into $(VENV)/bin/exiftool.
+$(STAMP): pyproject.toml .ci/install_exiftool.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,embedded]'
+	$(PY) .ci/install_exiftool.py $(VENV)
 	touch $(STAMP)
 
 venv: $(STAMP)

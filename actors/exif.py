@@ -1,6 +1,9 @@
 """The ``exif`` lane: write metadata through exiftool (only the asked tags change, the file time is
 kept), replacing the photo in place exactly once. A camera raw is never written: its metadata goes
-to its XMP sidecar (``photos.sidecar``), written under the same intent protocol."""
+to its XMP sidecar (``photos.sidecar``), written under the same intent protocol. Any other photo
+that has a sidecar (``NAME.EXT.xmp`` or ``NAME.xmp``) gets the same edit in its sidecar: the photo
+and its sidecar are recorded as one unit (both intents in one transaction), so a recovering attempt
+finishes both or neither and the two never disagree."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from photos.errors import PhotoError
 from photos.exif import ExifEdit, write_metadata
 from photos.raw import is_raw
 from photos.rename import taken_now
-from photos.sidecar import write_sidecar
+from photos.sidecar import sidecar_of, write_sidecar
 
 from .common import params, photo_path, readable_roots
 from .effects import FileEffects, result_of
@@ -37,14 +40,24 @@ def exif(ctx: ItemContext) -> dict[str, Any]:
         return _raw_sidecar(ctx, effects, path, edit, sorted(edit_params))
     # exiftool and Pillow read exactly the inode checked here (never a symlink swapped in later),
     # and the base the intent records is that inode's content
+    sidecar: tuple[Path, bytes | None, bytes | None] | None = None
     with pin_inside(path, readable_roots(ctx) or None, resolve_roots=False) as pinned:
         failpoints.hit("exif.after_check")
         before = pinned.sha256()
         staged = fileops.staged_path(path, effects.tag)
         with pinned.as_photo():
-            write_metadata(pinned.name, staged, edit)
-    failpoints.hit("exif.after_stage")
+            written = write_metadata(pinned.name, staged, edit)
+            try:
+                if sidecar_of(path) is not None:  # the sidecar gets the same edit (never created here)
+                    sidecar = write_sidecar(path, edit, read_raw=pinned.name)
+            except BaseException:
+                staged.unlink(missing_ok=True)
+                raise
+    staged_sidecar = None
     try:
+        if sidecar is not None and sidecar[1] is not None and sidecar[1] != sidecar[2]:
+            staged_sidecar = fileops.stage_bytes(sidecar[0], effects.tag, sidecar[1])
+        failpoints.hit("exif.after_stage")
         if not pinned.still_at():  # what is at the path now is not the photo that was edited
             raise PhotoError(path, "was replaced while its metadata was written; nothing was written")
         ctx.check()  # last safe point: nothing recorded yet
@@ -52,15 +65,38 @@ def exif(ctx: ItemContext) -> dict[str, Any]:
         moved = {"taken": taken_now(staged)} if edit.shift else {}
     except BaseException:
         staged.unlink(missing_ok=True)
+        if staged_sidecar is not None:
+            staged_sidecar.unlink(missing_ok=True)
         raise
     after = fileops.sha256_file(staged)
-    intent = effects.record(
-        kind="replace", staged=staged, target=path, source=path, sha256=after, base_sha256=before
-    )
+    photo_effect = {
+        "kind": "replace", "staged": staged, "target": path, "source": path, "sha256": after,
+        "base_sha256": before,
+    }  # fmt: skip
+    extra: dict[str, Any] = {}
+    if staged_sidecar is None or sidecar is None or sidecar[1] is None:
+        intent = effects.record(**photo_effect)
+    else:
+        target, content, side_before = sidecar
+        side_after = hashlib.sha256(content).hexdigest()
+        side_base = hashlib.sha256(side_before).hexdigest() if side_before is not None else None
+        side_effect = {
+            "kind": "replace", "staged": staged_sidecar, "target": target, "source": None,
+            "sha256": side_after, "base_sha256": side_base, "companion": True,
+        }  # fmt: skip
+        side_id, intent = effects.record_unit([side_effect, photo_effect])  # one unit: both or none
+        effects.apply_and_mark(
+            side_id, kind="replace", staged=staged_sidecar, target=target, source=None, sha256=side_after,
+            companion=True,
+        )  # fmt: skip
+        extra = {"sidecar": str(target), "sidecar_sha256": side_after}
     applied = effects.apply_and_mark(
         intent, kind="replace", staged=staged, target=path, source=path, sha256=after
     )
-    return result_of(applied, sha256_before=before, sha256=after, fields=sorted(edit_params), **moved)
+    return result_of(
+        applied, sha256_before=before, sha256=after, fields=sorted(edit_params), **moved, **extra,
+        **written.result(),
+    )  # fmt: skip
 
 
 def _raw_sidecar(

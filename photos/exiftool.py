@@ -16,6 +16,10 @@ killed with SIGKILL would leave it running forever. On Linux it is therefore sta
 ``setpriv --pdeathsig KILL`` from a long-lived spawner thread (the parent-death signal follows
 the *thread* that forked), and instances are closed at interpreter exit.
 
+Which exiftool (:func:`executable`): ``$PHOTOJOBS_EXIFTOOL`` when set (a path or a name on PATH),
+else the pinned ExifTool ``make`` installs next to the interpreter (``.venv/bin/exiftool``, see
+pyproject.toml ``[tool.photojobs.exiftool]``), else the first ``exiftool`` on PATH.
+
 Every process starts with :data:`CONFIG` (``-config``): exiftool's IPTC ``TimeCreated`` and
 ``DigitalCreationTime`` writers add the *worker's* local time zone to a time given without one
 (``17:00:00`` became ``18:00:00+01:00`` under ``TZ=Europe/Berlin``); with the config a time keeps
@@ -30,6 +34,7 @@ import re
 import selectors
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -46,8 +51,11 @@ _STATUS_RE = re.compile(rb"\{ready(\d+) status=(\d+)\}\r?\n?$")
 
 #: How to install exiftool, named in every "not installed" error.
 INSTALL_HINT = (
-    "install it: apt-get install libimage-exiftool-perl (Debian/Ubuntu), brew install exiftool (macOS)"
+    "install it: make (the pinned ExifTool into .venv), apt-get install libimage-exiftool-perl "
+    "(Debian/Ubuntu), brew install exiftool (macOS); or set PHOTOJOBS_EXIFTOOL"
 )
+#: Names the exiftool to run (a path, or a name looked up on PATH), before the pinned one and PATH.
+ENV = "PHOTOJOBS_EXIFTOOL"
 
 
 #: exiftool configuration every process is started with: IPTC times never gain a zone they were
@@ -114,9 +122,22 @@ class ExifToolDied(PhotoError):
     """The exiftool process died (or was killed) while running a command."""
 
 
+def executable() -> str | None:
+    """The exiftool to run: ``$PHOTOJOBS_EXIFTOOL``, else the pinned one installed next to this
+    interpreter (``sys.prefix/bin/exiftool``: the virtualenv's), else ``exiftool`` on PATH; None
+    when there is none."""
+    given = os.environ.get(ENV)
+    if given:
+        return shutil.which(given)
+    pinned = os.path.join(sys.prefix, "bin", "exiftool")
+    if os.path.isfile(pinned) and os.access(pinned, os.X_OK):
+        return pinned
+    return shutil.which("exiftool")
+
+
 def available() -> bool:
-    """True when an ``exiftool`` executable is on PATH."""
-    return shutil.which("exiftool") is not None
+    """True when there is an exiftool to run (:func:`executable`)."""
+    return executable() is not None
 
 
 _spawner: tuple[int, ThreadPoolExecutor] | None = None
@@ -159,8 +180,8 @@ class ExifTool:
     _shared_pid: ClassVar[int | None] = None
     _shared_lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, executable: str = "exiftool", *, timeout: float = 60.0) -> None:
-        self.executable = executable
+    def __init__(self, executable: str | None = None, *, timeout: float = 60.0) -> None:
+        self.executable = executable  # None: the one :func:`executable` finds when a process starts
         self.timeout = timeout
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
@@ -179,7 +200,10 @@ class ExifTool:
 
     def available(self) -> bool:
         """True when this instance's executable can be found."""
-        return shutil.which(self.executable) is not None
+        return self._which() is not None
+
+    def _which(self) -> str | None:
+        return shutil.which(self.executable) if self.executable is not None else executable()
 
     @property
     def pid(self) -> int | None:
@@ -188,11 +212,10 @@ class ExifTool:
         return proc.pid if proc is not None and proc.poll() is None else None
 
     def _start(self) -> subprocess.Popen[bytes]:
-        exe = shutil.which(self.executable)
+        exe = self._which()
         if exe is None:
-            raise PhotoError(
-                None, f"exiftool is not installed ({self.executable!r} is not on PATH); {INSTALL_HINT}"
-            )
+            name = self.executable or os.environ.get(ENV) or "exiftool"
+            raise PhotoError(None, f"exiftool is not installed ({name!r} is not found); {INSTALL_HINT}")
         argv = [exe, "-config", config_path(), "-stay_open", "True", "-@", "-"]
         setpriv = shutil.which("setpriv")
         if setpriv is not None:

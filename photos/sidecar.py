@@ -1,9 +1,12 @@
-"""XMP sidecars of camera raws: where a raw's metadata goes, and which files move with a raw.
+"""XMP sidecars: where a raw's metadata goes, which sidecar belongs to which photo, and which files
+move with a photo.
 
 A raw is never written. Its keywords, rating, description, artist, copyright and a time shift go to
 an XMP sidecar next to it, in the places :mod:`photos.exif` writes XMP (``dc:subject``,
 ``lr:hierarchicalSubject``, ``xmp:Rating``, ``dc:description``, ``dc:creator``, ``dc:rights``; a
-shift in ``exif:DateTimeOriginal``):
+shift moves every date the sidecar holds (``exif:DateTimeOriginal``, ``xmp:CreateDate``,
+``photoshop:DateCreated``, … as :func:`photos.clocks.clock_args` does for a file), and a sidecar
+without ``exif:DateTimeOriginal`` gets the raw's, shifted):
 
 - an existing sidecar is updated: ``IMG_0001.CR2.xmp`` (darktable, digiKam's default) if there is
   one, else ``IMG_0001.xmp`` (Lightroom, Capture One, digiKam's "commercial programs" mode);
@@ -11,6 +14,12 @@ shift in ``exif:DateTimeOriginal``):
 - a raw without one gets ``IMG_0001.CR2.xmp``: the name darktable and digiKam read and write, and
   the only one that cannot be shared by the two halves of a RAW+JPEG pair (``IMG_0001.CR2`` and
   ``IMG_0001.JPG`` would both claim ``IMG_0001.xmp``).
+
+Any other photo (JPEG, HEIC, …) may have a sidecar too, by the same two names: ``IMG_0002.JPG.xmp``
+(darktable) or ``IMG_0002.xmp`` (Lightroom, Capture One) -- the latter only when no raw shares the
+stem (a RAW+JPEG pair's ``IMG_0001.xmp`` is the raw's, as Lightroom has it; of several other photos
+sharing a stem, the first by name; :func:`sidecar_of`). An edit of such a photo writes its sidecar
+too, so the two never disagree (``actors/exif.py``); a photo without one gets none.
 
 Both names travel with their raw as one unit (:func:`companions`): a rename, an archive move or an
 upload takes the raw and its sidecars together, renamed to the raw's new name (a darktable
@@ -22,24 +31,21 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from photos import exiftool
 from photos.errors import NeedsExiftool, PhotoError
-from photos.exif import ExifEdit, exiftool_args
+from photos.exif import ExifEdit, exiftool_args, read_warnings
+from photos.exiftool_messages import classify
+from photos.formats import PHOTO_SUFFIXES
+from photos.keywords import KEYWORD_TAGS
 from photos.raw import is_raw
 
 SUFFIX = ".xmp"
 _DT = "%Y:%m:%d %H:%M:%S"
-_STATE_TAGS = (
-    "-XMP-x:XMPToolkit",
-    "-XMP-dc:Subject",
-    "-XMP-lr:HierarchicalSubject",
-    "-XMP-exif:DateTimeOriginal",
-)
+_STATE_TAGS = ("-XMP-x:XMPToolkit", *KEYWORD_TAGS, "-XMP-exif:DateTimeOriginal")
 
 
 def is_sidecar(path: str | os.PathLike[str]) -> bool:
@@ -55,13 +61,25 @@ def _entries(folder: Path) -> dict[str, str]:
         return {}
 
 
+def _stem_owner(stem: str, names: set[str] | dict[str, str]) -> str | None:
+    """Which of a folder's (case-folded) ``names`` owns ``STEM.xmp``: the raw named ``STEM.*``,
+    else the first (by name) other photo named ``STEM.*``; None when there is neither."""
+    same = sorted(n for n in names if Path(n).stem == stem and not is_sidecar(n))
+    return next((n for n in same if is_raw(n)), None) or next(
+        (n for n in same if Path(n).suffix in PHOTO_SUFFIXES), None
+    )
+
+
 def companions(photo: str | os.PathLike[str]) -> list[Path]:
     """The sidecars that belong to ``photo``, as found on disk (any case): ``NAME.EXT.xmp``
     (darktable writes one for any photo), and for a raw then ``NAME.xmp`` (Lightroom's)."""
     photo = Path(photo)
+    return _found(photo, [f"{photo.name}{SUFFIX}"] + ([f"{photo.stem}{SUFFIX}"] if is_raw(photo) else []))
+
+
+def _found(photo: Path, wanted_names: list[str]) -> list[Path]:
     names = _entries(photo.parent)
     found = []
-    wanted_names = [f"{photo.name}{SUFFIX}"] + ([f"{photo.stem}{SUFFIX}"] if is_raw(photo) else [])
     for wanted in wanted_names:
         name = names.get(wanted.casefold())
         # a regular file only: a symlink (perhaps out of the photo roots) is never read or moved
@@ -70,9 +88,15 @@ def companions(photo: str | os.PathLike[str]) -> list[Path]:
     return found
 
 
-def sidecar_of(raw: str | os.PathLike[str]) -> Path | None:
-    """The sidecar a raw's metadata is written to now: the first of :func:`companions`, or None."""
-    found = companions(raw) if is_raw(raw) else []
+def sidecar_of(photo: str | os.PathLike[str]) -> Path | None:
+    """The sidecar a photo's (raw or not) metadata is written to now, or None: the first of
+    :func:`companions`; for another photo then ``NAME.xmp`` where the photo owns it
+    (:func:`_stem_owner`: no raw shares its stem, and it is the first photo of that stem)."""
+    photo = Path(photo)
+    found = companions(photo)
+    if not found and not is_raw(photo):
+        if _stem_owner(photo.stem.casefold(), _entries(photo.parent)) == photo.name.casefold():
+            found = _found(photo, [f"{photo.stem}{SUFFIX}"])
     return found[0] if found else None
 
 
@@ -107,13 +131,17 @@ def _tool(path: Path) -> exiftool.ExifTool:
     return exiftool.ExifTool.shared()
 
 
-def _record(tool: exiftool.ExifTool, path: Path, *tags: str) -> dict[str, Any]:
+def _record(tool: exiftool.ExifTool, path: Path, *tags: str, written: bool = True) -> dict[str, Any]:
+    """``-j -G1 -a`` of ``tags``. exiftool's warnings refuse as for any write
+    (:mod:`photos.exiftool_messages`); a file that is ``written=False`` (the raw, read for its
+    capture time only) is refused only for a serious one."""
     out, warnings = tool.execute_with_warnings(
         "-j", "-G1", "-a", *tags, os.path.abspath(path), retry_if_died=True
     )
-    serious = [w for w in warnings if "[minor]" not in w.lower()]
-    if serious:
-        raise PhotoError(path, "exiftool warned, nothing written: " + "; ".join(serious))
+    said = classify([*warnings, *read_warnings(tool, path)], os.path.abspath(path))
+    refusal = said.refusal() if written else "; ".join(said.serious)
+    if refusal:
+        raise PhotoError(path, f"exiftool warned, nothing written: {refusal}")
     try:
         records = json.loads(out, parse_int=str, parse_float=str) if out.strip() else [{}]
         record = dict(records[0])
@@ -123,14 +151,10 @@ def _record(tool: exiftool.ExifTool, path: Path, *tags: str) -> dict[str, Any]:
     return record
 
 
-def _shifted(
-    raw: Path, sidecar: Path | None, current: dict[str, Any], shift: timedelta, tool: exiftool.ExifTool,
-    read_raw: Path | None = None,
-) -> str:  # fmt: skip
-    """The raw's capture time moved by ``shift`` (from the sidecar's, where an earlier shift put it)."""
-    value = current.get("XMP-exif:DateTimeOriginal")
-    if not value:
-        value = _record(tool, read_raw or raw, "-EXIF:DateTimeOriginal").get("ExifIFD:DateTimeOriginal")
+def _raw_taken_shifted(raw: Path, shift: timedelta, tool: exiftool.ExifTool, read_raw: Path | None) -> str:
+    """The raw's own capture time moved by ``shift`` (for a sidecar that has none yet)."""
+    record = _record(tool, read_raw or raw, "-EXIF:DateTimeOriginal", written=False)
+    value = record.get("ExifIFD:DateTimeOriginal")
     if not value:
         raise PhotoError(raw, "cannot shift the capture time: the raw has no DateTimeOriginal")
     text = str(value).strip()
@@ -142,23 +166,28 @@ def _shifted(
 
 
 def write_sidecar(
-    raw: str | os.PathLike[str], edit: ExifEdit, *, read_raw: str | os.PathLike[str] | None = None
+    photo: str | os.PathLike[str], edit: ExifEdit, *, read_raw: str | os.PathLike[str] | None = None
 ) -> tuple[Path, bytes | None, bytes | None]:
-    """The sidecar ``edit`` produces for ``raw``: ``(its path, its new content, its content now)``
-    (None: no sidecar; the two equal: nothing to change). Nothing is written: the caller stages
-    and applies it (the raw itself is never opened for writing). Keywords merge with the
-    sidecar's own; its other content is kept (exiftool edits the XMP packet in place). ``read_raw``
-    is the name the raw's own bytes are read through (the exif lane's pinned, checked inode)."""
-    raw = Path(raw)
-    if not raw.is_file():
-        raise PhotoError(raw, "file not found (deleted or moved after submission)")
-    tool = _tool(raw)
-    existing = sidecar_of(raw)
-    target = existing or new_sidecar(raw)
+    """The sidecar ``edit`` produces for ``photo`` (a raw, or any photo that has a sidecar):
+    ``(its path, its new content, its content now)`` (None: no sidecar; the two equal: nothing to
+    change). Nothing is written: the caller stages and applies it (a raw itself is never opened for
+    writing). Keywords merge with the sidecar's own; its other content is kept (exiftool edits the
+    XMP packet in place); a shift moves every date it holds. A raw without a sidecar gets a new
+    one; another photo without one gets none (``(path, None, None)``). ``read_raw`` is the name
+    the photo's own bytes are read through (the exif lane's pinned, checked inode)."""
+    photo = Path(photo)
+    if not photo.is_file():
+        raise PhotoError(photo, "file not found (deleted or moved after submission)")
+    existing = sidecar_of(photo)
+    target = existing or new_sidecar(photo)
+    if existing is None and not is_raw(photo):
+        return target, None, None
+    tool = _tool(photo)
     current = _record(tool, existing, *_STATE_TAGS) if existing else {}
-    args = exiftool_args(replace(edit, shift=None), fmt="XMP", current=current, path=target)
-    if edit.shift:
-        shifted = _shifted(raw, existing, current, edit.shift, tool, Path(read_raw) if read_raw else None)
+    clocks = _record(tool, existing, "-time:all") if existing and edit.shift else {}
+    args = exiftool_args(edit, fmt="XMP", current=current, path=target, clocks=clocks)
+    if edit.shift and is_raw(photo) and not current.get("XMP-exif:DateTimeOriginal"):
+        shifted = _raw_taken_shifted(photo, edit.shift, tool, Path(read_raw) if read_raw else None)
         args.append(f"-XMP-exif:DateTimeOriginal={shifted}")
         if not any(a.startswith("-XMP-x:XMPToolkit") for a in args):
             toolkit = current.get("XMP-x:XMPToolkit")
@@ -174,9 +203,10 @@ def write_sidecar(
                 "-ec", *args, "-o", str(out), *source, retry_if_died=True
             )
         except PhotoError as exc:
-            raise PhotoError(target, f"cannot write the raw's XMP sidecar: {exc.reason}") from exc
-        if warnings:
-            raise PhotoError(target, "exiftool warned, nothing written: " + "; ".join(warnings))
+            raise PhotoError(target, f"cannot write the XMP sidecar: {exc.reason}") from exc
+        refusal = classify(warnings, *source).refusal()
+        if refusal:
+            raise PhotoError(target, f"exiftool warned, nothing written: {refusal}")
         if not out.is_file():
             raise PhotoError(target, "exiftool reported success but wrote no sidecar")
         return target, out.read_bytes(), before

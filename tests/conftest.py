@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -16,6 +17,11 @@ from store import lockdep
 from store.engine import make_engine
 from store.schema import upgrade
 from tests.support import XDIST_WORKER, Fleet, RedisServer, unavailable
+
+# The tests' own `exiftool` commands run the ExifTool the code runs: the pinned one `make` installs
+# next to this interpreter (photos.exiftool.executable), ahead of the system's on PATH.
+if os.path.isfile(os.path.join(sys.prefix, "bin", "exiftool")):
+    os.environ["PATH"] = os.path.join(sys.prefix, "bin") + os.pathsep + os.environ.get("PATH", "")
 
 PG_ADMIN = os.environ.get("PHOTOJOBS_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 # One template per pytest process: each xdist worker (gw0, gw1, ...) migrates and drops its own.

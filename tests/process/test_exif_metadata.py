@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 from photojobs.api import Client
 from photojobs.config import Settings
 from photos.exiftool import ExifTool
-from tests.fixtures import camera_corpus
+from tests.fixtures import camera_corpus, metadata_files
 from tests.support import Fleet, item_states, items_of, job_done, wait_for
 
 from .test_file_effects import all_files, store_paths_match_disk, temp_files
@@ -99,6 +99,43 @@ def test_keywords_from_the_exif_lane_are_visible_to_photo_apps(
         makernotes += bool(maker)
         assert path.stat().st_mtime_ns == mtime, path.name
     assert makernotes >= 4
+    assert temp_files(folder) == []
+    store_paths_match_disk(engine)
+    client.engine.dispose()
+
+
+def test_a_jpeg_and_its_sidecar_are_edited_together_and_a_fix_exiftool_made_is_recorded(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given a JPEG with Lightroom's sidecar (its own keyword and capture time), and a JPEG Windows
+    # touched (exiftool reads its XMP with "[minor] Fixed incorrect URI for xmlns:MicrosoftPhoto")
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    photo = folder / "IMG_1.jpg"
+    photo.write_bytes(camera_corpus._jpeg_with_exif(camera_corpus.exif_layout("interop"), (64, 48), 1))
+    sidecar = folder / "IMG_1.xmp"
+    ExifTool.shared().execute(
+        "-o", os.path.abspath(sidecar), "-XMP-dc:Subject=family",
+        "-XMP-exif:DateTimeOriginal=2005:08:13 09:47:23",
+    )  # fmt: skip
+    windows = metadata_files.windows_jpeg(folder / "windows.jpg")
+    client = Client(Settings.from_env(env))
+    fleet.start_sweeper()
+    fleet.start_worker(["exif"], threads=2)
+    # When the real exif lane adds a keyword and shifts the time
+    job = _run(client, engine, ["exif"], folder, {"exif.keywords": "beach", "exif.shift": "+1h"})
+    # Then the photo and its sidecar agree: both have the keyword and the shifted time
+    assert _dump(photo)["XMP-dc:Subject"] == "beach"
+    assert _dump(photo)["ExifIFD:DateTimeOriginal"] == "2005:08:13 10:47:23"
+    side = _dump(sidecar)
+    assert side["XMP-dc:Subject"] == ["family", "beach"]
+    assert side["XMP-exif:DateTimeOriginal"] == "2005:08:13 10:47:23"
+    results = {Path(i.result["target"]).name: i.result for i in items_of(engine, job)}
+    assert results["IMG_1.jpg"]["sidecar"] == str(sidecar)
+    # and the Windows photo was written, the fix exiftool made named in its item's result
+    assert _dump(windows)["XMP-dc:Subject"] == ["Beach", "Family"]  # "beach" was there as "Beach"
+    fixed = results["windows.jpg"]["exiftool_fixed"]
+    assert fixed == ["[minor] Fixed incorrect URI for xmlns:MicrosoftPhoto"]
     assert temp_files(folder) == []
     store_paths_match_disk(engine)
     client.engine.dispose()

@@ -254,7 +254,8 @@ def test_a_file_exiftool_warns_about_is_refused_untouched(camera_jpeg: Path, tmp
     sha = _sha(src)
     dst = staged_path(src, "t1")
     # When metadata is written / Then a PhotoError names the file and exiftool's warning
-    with pytest.raises(PhotoError, match="Maker notes could not be parsed") as info:
+    # (exiftool says so when it reads the file: "[minor] Bad MakerNoteNikon directory")
+    with pytest.raises(PhotoError, match="exiftool warned, nothing written: .*MakerNote") as info:
         write_metadata(src, dst, ExifEdit(keywords=["kw"]))
     assert info.value.path == str(src)
     # and nothing was written, the photo is untouched

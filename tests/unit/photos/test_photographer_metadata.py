@@ -1,6 +1,6 @@
 """A photographer's metadata (issue 21): keywords are added to, every clock moves with a shift and
 no zone is invented, nothing is written where the file does not speak, the IPTC digest stays
-current, and undecodable or WebP files are refused untouched."""
+current, and undecodable files are refused untouched (WebP: tests/unit/photos/test_modern_formats.py)."""
 
 from __future__ import annotations
 
@@ -103,8 +103,9 @@ def test_keywords_are_added_to_those_in_xmp_iptc_and_xpkeywords(tmp_path: Path) 
     dst = staged_path(src, "t1")
     # When keywords are written (one already there, one differing only in case, one new)
     write_metadata(src, dst, ExifEdit(keywords=["ireland", "Dublin", "new"]))
-    # Then every place holds all of the photo's keywords in their order, then the new ones, once each
-    expected = ["2012", "dublin", "ireland", "june", "lumia", "北京", "Dublin", "new"]
+    # Then every place holds all of the photo's keywords in their order, then the new one, once each
+    # whatever its case (the first spelling kept, as Lightroom does)
+    expected = ["2012", "dublin", "ireland", "june", "lumia", "北京", "new"]
     tags = _tags(dst)
     assert _listed(tags["XMP-dc:Subject"]) == expected
     assert _listed(tags["IPTC:Keywords"]) == expected
@@ -132,17 +133,18 @@ def test_hierarchical_keywords_are_written_as_lightroom_reads_them(tmp_path: Pat
     dst, again = staged_path(src, "t1"), staged_path(src, "t2")
     # When a hierarchical keyword is added
     write_metadata(src, dst, ExifEdit(keywords=["Places|Ireland|Dublin"]))
-    # Then the path is in lr:HierarchicalSubject and its leaf among the flat keywords everywhere
+    # Then the path is in lr:HierarchicalSubject and its leaf among the flat keywords everywhere,
+    # once (the photo's own "dublin" is the same keyword)
     tags = _tags(dst)
     assert _listed(tags["XMP-lr:HierarchicalSubject"]) == ["Places|Ireland|Dublin"]
     for key in ("XMP-dc:Subject", "IPTC:Keywords"):
-        assert _listed(tags[key])[-1] == "Dublin", key
-    assert str(tags["IFD0:XPKeywords"]).endswith(";Dublin")
+        assert [k.casefold() for k in _listed(tags[key])].count("dublin") == 1, key
+    assert str(tags["IFD0:XPKeywords"]).casefold().split(";").count("dublin") == 1
     # When it is removed again / Then the path and its leaf are gone
     write_metadata(dst, again, ExifEdit(keywords_remove=["Places|Ireland|Dublin"]))
     tags = _tags(again)
     assert "XMP-lr:HierarchicalSubject" not in tags
-    assert "Dublin" not in _listed(tags["XMP-dc:Subject"])
+    assert "dublin" not in [k.casefold() for k in _listed(tags["XMP-dc:Subject"])]
 
 
 # -- clocks --------------------------------------------------------------------------------------
@@ -303,17 +305,5 @@ def test_a_file_that_does_not_decode_is_refused_untouched(tmp_path: Path) -> Non
     dst = staged_path(src, "t1")
     # When keywords are written / Then it is refused as undecodable, nothing is written
     with pytest.raises(UnreadableImage, match="does not decode"):
-        write_metadata(src, dst, ExifEdit(keywords=["k"]))
-    assert not dst.exists() and _sha(src) == sha
-
-
-def test_webp_is_refused_with_the_reason(tmp_path: Path) -> None:
-    # Given a WebP photo
-    src = tmp_path / "photo.webp"
-    samples._pattern((64, 48)).save(src, "WEBP")
-    sha = _sha(src)
-    dst = staged_path(src, "t1")
-    # When metadata is written / Then it is refused naming exiftool's limit, the file untouched
-    with pytest.raises(PhotoError, match="cannot write RIFF/WebP"):
         write_metadata(src, dst, ExifEdit(keywords=["k"]))
     assert not dst.exists() and _sha(src) == sha
