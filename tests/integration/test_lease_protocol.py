@@ -63,25 +63,46 @@ def test_claim_is_a_compare_and_set(engine: Engine, tmp_path: Path) -> None:
     assert event_counts(engine, "item_claimed", job) == {item.id: 1}
 
 
+def test_a_message_older_than_the_items_token_is_refused_though_the_item_is_claimable(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # Given an item whose first lease was revoked (pending again, at token 2)
+    spec = replace(NOOP, lease_ttl=0.05)
+    job = submit(engine, tmp_path, n=1, spec=spec)
+    item = first_item(engine, job)
+    assert store_items.claim(engine, spec, item.id, 0, "w1").lease is not None
+    wait_for(lambda: revoke_expired(engine, {"noop": spec})[0], 5, what="the revocation")
+    assert (first_item(engine, job).state, first_item(engine, job).fencing_token) == ("pending", 2)
+    # When the first message (token 0) is delivered again
+    old = store_items.claim(engine, spec, item.id, 0, "w2")
+    # Then the token alone refuses it: the item stays pending at its token, its next message claims it
+    assert old.lease is None and old.refusal == ClaimRefusal.STALE_TOKEN, old.reason
+    assert (first_item(engine, job).state, first_item(engine, job).fencing_token) == ("pending", 2)
+    assert store_items.claim(engine, spec, item.id, 2, "w3").lease is not None
+
+
 def test_a_claim_in_a_paused_lane_is_refused_and_the_item_claimable_after_the_resume(
     engine: Engine, tmp_path: Path
 ) -> None:
-    # Given a queued item of a lane that is then paused
-    job = submit(engine, tmp_path, n=1)
-    take_for_dispatch(engine, NOOP)
-    item = first_item(engine, job)
+    # Given a lane with one queued item and one pending item, then paused
+    job = submit(engine, tmp_path, n=2)
+    [queued] = take_for_dispatch(engine, NOOP, bound=1)
     assert pause_lane(engine, "noop", "test")
-    # When its message is delivered
-    refused = store_items.claim(engine, NOOP, item.id, item.fencing_token, "w")
-    # Then the claim is refused for the pause: nothing runs, no attempt or token is used
+    # When the dispatcher runs, and the queued item's message is delivered
+    dispatched = take_for_dispatch(engine, NOOP)
+    refused = store_items.claim(engine, NOOP, queued.item_id, queued.token, "w")
+    # Then the paused lane gets nothing: no dispatch, and the claim is refused for the pause
+    assert dispatched == []
     assert refused.lease is None and refused.refusal == ClaimRefusal.LANE_PAUSED, refused.reason
-    row = first_item(engine, job)
+    row = item_row(engine, queued.item_id)
     assert (row.state, row.fencing_token, row.attempt, row.lease_owner) == ("pending", 0, 0, None)
     assert event_counts(engine, "item_claimed", job) == {}
-    # And after the lane's resume the same message claims it
+    # And after the lane's resume the other item is dispatched, and both are claimed
     assert resume_lane(engine, "noop", "test")
-    claimed = store_items.claim(engine, NOOP, item.id, 0, "w")
-    assert claimed.lease is not None and claimed.lease.token == 1
+    [other] = take_for_dispatch(engine, NOOP)
+    assert other.item_id != queued.item_id
+    for pub in (queued, other):
+        assert store_items.claim(engine, NOOP, pub.item_id, pub.token, "w").lease is not None
 
 
 def test_claim_skips_unknown_item_and_wrong_lane(engine: Engine, tmp_path: Path) -> None:
@@ -147,6 +168,31 @@ def test_fenced_commit_after_revocation_is_rejected(engine: Engine, tmp_path: Pa
     assert row.state == "pending" and row.result is None and row.fencing_token == lease.token + 1
     assert event_counts(engine, "stale_commit_rejected", job) == {item.id: 1}
     assert event_counts(engine, "item_succeeded", job) == {}
+
+
+def test_a_zombies_succeed_after_its_item_was_claimed_again_is_rejected(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # Given an item whose lease was revoked and which another worker then claimed (running again)
+    spec = replace(NOOP, lease_ttl=0.05)
+    job = submit(engine, tmp_path, n=1, spec=spec)
+    item = first_item(engine, job)
+    zombie = store_items.claim(engine, spec, item.id, 0, "zombie").lease
+    assert zombie is not None
+    wait_for(lambda: revoke_expired(engine, {"noop": spec})[0], 5, what="the revocation")
+    winner = store_items.claim(engine, NOOP, item.id, 2, "winner").lease
+    assert winner is not None
+    # When the zombie finishes its item through its fence
+    with pytest.raises(StaleLease):
+        with fenced(engine, item.id, zombie.token, worker="zombie") as s:
+            store_items.succeed(s, zombie, {"zombie": True}, "zombie")
+    # Then the winner's lease is untouched and only the winner's result lands
+    row = first_item(engine, job)
+    assert (row.state, row.lease_owner, row.fencing_token, row.result) == ("running", "winner", 3, None)
+    with fenced(engine, item.id, winner.token, worker="winner") as s:
+        store_items.succeed(s, winner, {"winner": True}, "winner")
+    assert first_item(engine, job).result == {"winner": True}
+    assert event_counts(engine, "item_succeeded", job) == {item.id: 1}
 
 
 def test_fenced_commit_while_lease_holds_succeeds(engine: Engine, tmp_path: Path) -> None:
