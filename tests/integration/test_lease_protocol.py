@@ -167,6 +167,16 @@ def test_fenced_commit_after_revocation_is_rejected(engine: Engine, tmp_path: Pa
     row = first_item(engine, job)
     assert row.state == "pending" and row.result is None and row.fencing_token == lease.token + 1
     assert event_counts(engine, "stale_commit_rejected", job) == {item.id: 1}
+    # When another worker wins the item (running again) and the old holder writes once more
+    winner = store_items.claim(engine, NOOP, item.id, lease.token + 1, "winner").lease
+    assert winner is not None
+    with pytest.raises(StaleLease):
+        with fenced(engine, item.id, lease.token, worker="zombie") as s:
+            s.execute(update(Item).where(Item.id == item.id).values(result={"zombie": True}))
+    # Then the fence refuses it by its token (the state, running, is the winner's)
+    row = first_item(engine, job)
+    assert (row.state, row.lease_owner, row.result) == ("running", "winner", None)
+    assert event_counts(engine, "stale_commit_rejected", job) == {item.id: 2}
     assert event_counts(engine, "item_succeeded", job) == {}
 
 

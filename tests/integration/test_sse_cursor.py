@@ -9,11 +9,14 @@ import asyncio
 import re
 from pathlib import Path
 
+import pytest
 from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
+from photojobs.web import sse
 from photojobs.web.sse import Sequencer, stream
 from store import jobs as store_jobs
-from store.events import read_events
+from store.events import emit, read_events
 from store.lanes import lane_spec
 from tests.support import photo_inputs
 
@@ -39,8 +42,8 @@ def _ids_after(engine: Engine, after: int, until: int) -> list[int]:
             async for chunk in gen:
                 text += chunk
                 ids = [int(i) for i in re.findall(r"^id: (\d+)$", text, re.MULTILINE)]
-                if ids and max(ids) >= until:
-                    return ids
+                if ids and (max(ids) >= until or len(set(ids)) < len(ids)):
+                    return ids  # done, or an event repeated
         finally:
             await gen.aclose()
         return []
@@ -49,9 +52,11 @@ def _ids_after(engine: Engine, after: int, until: int) -> list[int]:
 
 
 def test_a_stream_resumed_after_a_cursor_sends_each_later_event_exactly_once(
-    engine: Engine, tmp_path: Path
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a job's events in the log
+    # Given a job's events in the log, read by the stream two at a time (its batches, so that a
+    # stream goes on from where a batch ended)
+    monkeypatch.setattr(sse, "BATCH", 2)
     job = store_jobs.submit(engine, [NOOP], photo_inputs(tmp_path, 3)).job_id
     cursors = [e.cursor for e in read_events(engine, job_id=job)]
     assert len(cursors) >= 3
@@ -66,3 +71,14 @@ def test_a_stream_resumed_after_a_cursor_sends_each_later_event_exactly_once(
     again = _ids_after(engine, first[-1], later[-1])
     # Then it gets exactly the new ones: none missed, none repeated
     assert again == later
+
+
+def test_events_committed_one_after_another_get_increasing_cursors(engine: Engine) -> None:
+    # Given three events, each committed on its own, none numbered yet
+    for n in range(3):
+        with Session(engine) as s, s.begin():
+            emit(s, "test_event", detail={"n": n})
+    # When the cursors are assigned (in one pass) and the log is read
+    read = [e for e in read_events(engine) if e.type == "test_event"]
+    # Then, read in cursor order, they come in commit order
+    assert [e.detail for e in read] == [{"n": 0}, {"n": 1}, {"n": 2}]

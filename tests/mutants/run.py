@@ -50,7 +50,7 @@ class Mutation:
     promise: str
     what: str
     file: str
-    function: str
+    function: str | tuple[str, ...]  # a definition, or several (the pattern applied in each)
     find: str
     replace: str
     tests: tuple[str, ...]
@@ -75,7 +75,8 @@ def load(path: Path = LIST) -> list[Mutation]:
         unknown = set(raw) - set(Mutation.__dataclass_fields__)
         if unknown:
             raise ValueError(f"mutation {raw.get('id')!r}: unknown fields {sorted(unknown)}")
-        found.append(Mutation(**{**raw, "tests": tuple(raw["tests"])}))
+        function = raw["function"] if isinstance(raw["function"], str) else tuple(raw["function"])
+        found.append(Mutation(**{**raw, "tests": tuple(raw["tests"]), "function": function}))
     ids = [m.id for m in found]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
@@ -117,10 +118,20 @@ def _span(source: str, name: str) -> tuple[int, int] | None:
 
 
 def apply(m: Mutation, source: str) -> tuple[str | None, str]:
-    """``source`` with the mutation applied, or (None, why it could not be located)."""
-    span = _span(source, m.function)
+    """``source`` with the mutation applied (in each of its functions, when it names several), or
+    (None, why it could not be located)."""
+    for name in (m.function,) if isinstance(m.function, str) else m.function:
+        mutated, why = _apply_in(m, name, source)
+        if mutated is None:
+            return None, why
+        source = mutated
+    return source, ""
+
+
+def _apply_in(m: Mutation, name: str, source: str) -> tuple[str | None, str]:
+    span = _span(source, name)
     if span is None:
-        return None, f"{m.file}: no single definition {m.function!r}"
+        return None, f"{m.file}: no single definition {name!r}"
     lines = source.splitlines(keepends=True)
     before, body, after = (
         "".join(lines[: span[0] - 1]),
@@ -129,14 +140,14 @@ def apply(m: Mutation, source: str) -> tuple[str | None, str]:
     )
     mutated, n = re.subn(m.find, m.replace, body, flags=re.MULTILINE)
     if n != m.count:
-        return None, f"{m.file}:{m.function}: pattern matched {n} time(s), expected {m.count}: {m.find!r}"
+        return None, f"{m.file}:{name}: pattern matched {n} time(s), expected {m.count}: {m.find!r}"
     if mutated == body:
-        return None, f"{m.file}:{m.function}: the replacement changes nothing"
+        return None, f"{m.file}:{name}: the replacement changes nothing"
     result = before + mutated + after
     try:
         ast.parse(result)
     except SyntaxError as exc:
-        return None, f"{m.file}:{m.function}: the mutated code does not parse: {exc}"
+        return None, f"{m.file}:{name}: the mutated code does not parse: {exc}"
     return result, ""
 
 
@@ -199,7 +210,7 @@ def _pytest(copy: Path, tests: list[str], timeout: float, workers: int) -> tuple
     return code, out, time.monotonic() - start
 
 
-_FAILED = re.compile(r"^(FAILED|ERROR) (\S+)", re.MULTILINE)
+_FAILED = re.compile(r"^(FAILED|ERROR) (.+?)(?: - .*)?$", re.MULTILINE)
 
 
 def run_one(m: Mutation, root: Path, files: list[str], timeout: float) -> Outcome:
