@@ -253,6 +253,16 @@ def baseline(
     return code == 0, out, seconds
 
 
+def readme_table(mutations: list[Mutation]) -> str:
+    """The README's "Proofs and mutations" table: each mutation, the bug, the test that kills it."""
+    rows = ["| mutation | the bug | killed by | fast |", "|---|---|---|---|"]
+    for m in mutations:
+        where = f"`{m.file}` `{m.function if isinstance(m.function, str) else ', '.join(m.function)}`"
+        kill = ", ".join(f"`{t}`" for t in m.tests)
+        rows.append(f"| `{m.id}` | {m.what} ({where}) | {kill} | {'yes' if m.fast else ''} |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.mutants.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--fast", action="store_true", help="only the mutations marked fast (make test)")
@@ -260,11 +270,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="mutations run at once (default 2)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a mutation's tests may take")
     parser.add_argument("--no-baseline", action="store_true", help="skip the unmutated run of the tests")
+    parser.add_argument("--table", action="store_true", help="print the README table; run nothing")
     parser.add_argument(
         "--verbose", action="store_true", help="print the output of every mutation not killed"
     )
     args = parser.parse_args(argv)
     mutations = load()
+    if args.table:
+        print(readme_table(mutations))
+        return 0
     if args.fast:
         mutations = [m for m in mutations if m.fast]
     if args.only:
