@@ -43,7 +43,7 @@ def race_with_a_cancel(
 
     worker = threading.Thread(target=run)
     worker.start()
-    wait_for(lambda: waiting_for_a_lock(engine) >= 1, 30, what="the action to wait for a lock")
+    wait_for(lambda: waiting_for_a_lock(engine) >= 1, 30, what="the action to wait for the job (job -> item)")
     cancel_error = None
     try:
         for item in sorted(items):
