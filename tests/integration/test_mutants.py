@@ -1,6 +1,6 @@
-"""``make test`` runs the mutation suite's fast subset (``fast = true`` in tests/mutants/mutations.toml,
-~1.5 min on 2 cores): each of those mutations, applied to a scratch copy of the tree, must be killed
-by its tests. ``make mutants`` runs the whole list."""
+"""``make test`` runs the mutation suite's fast subset (``fast = true`` in
+tests/mutants/mutations.toml, ~2 min on 2 cores under load): each of those mutations, applied to a
+scratch copy of the tree, must be killed by its tests. ``make mutants`` runs the whole list."""
 
 from __future__ import annotations
 
