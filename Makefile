@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # tests that pile up at the end. PYTEST_XDIST= (empty) runs serially; -n0 in PYTEST_ARGS does too.
 PYTEST_XDIST ?= -n 4 --dist worksteal
 
-.PHONY: venv demo test lint unit chaos scale bench clean
+.PHONY: venv demo test lint unit chaos scale bench mutants clean
 
 # The pinned ExifTool (pyproject.toml [tool.photojobs.exiftool]) goes into $(VENV)/bin/exiftool.
 $(STAMP): pyproject.toml .ci/install_exiftool.py
@@ -40,6 +40,11 @@ chaos: $(STAMP)
 # The 1M-item EXPLAIN check of every hot-path statement on both stores (minutes; not in make test).
 scale: $(STAMP)
 	$(PY) -m pytest -q -m slow tests/integration/test_query_plans.py $(PYTEST_ARGS)
+
+# The mutation suite (tests/mutants/mutations.toml): every listed bug applied to a scratch copy of the
+# tree must be killed by its tests (README "Proofs and mutations"; make test runs the fast ones).
+mutants: $(STAMP)
+	$(PY) -m tests.mutants.run $(MUTANTS_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks

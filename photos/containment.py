@@ -66,6 +66,12 @@ def _refuse_outside(
         raise OutsideRoot(path, f"resolves outside {what}")
 
 
+def _opened(path: str | os.PathLike[str], fd: int) -> None:
+    """Called by ``open_inside`` between its ``os.open`` and its check of the descriptor: nothing.
+    A test seam only (tests/unit/photos/test_containment.py swaps a symlink here, the race the
+    ``/proc/self/fd`` check exists for); the product never sets it."""
+
+
 def open_inside(
     path: str | os.PathLike[str],
     roots: Sequence[str | os.PathLike[str]],
@@ -79,6 +85,7 @@ def open_inside(
     # non-blocking: a FIFO swapped in must not hang the worker (no effect on a regular file)
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
     try:
+        _opened(path, fd)
         link = f"/proc/self/fd/{fd}"
         real = Path(os.readlink(link)) if os.path.exists(link) else Path(path).resolve()
         _refuse_outside(path, real, roots, what, resolve_roots)

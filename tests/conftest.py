@@ -58,15 +58,16 @@ def lockdep_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str | None
 
 
 class LockOrderWarning(UserWarning):
-    """A lock-order violation that fails no test: ascending id within a table, or a known one
-    (``store.lockdep.KNOWN``)."""
+    """A lock-order violation that fails no test: a known one (``store.lockdep.KNOWN``) or an
+    ascending-id one of a statement that cannot wait (``store.lockdep.CANNOT_WAIT``)."""
 
 
 @pytest.fixture(autouse=True)
 def lock_order(lockdep_dir: str | None) -> Iterator[None]:
     """Fail the test (at teardown, after its processes stopped) in which any transaction, in this
-    process or one it started, locked rows against the global table order job -> item -> photo ->
-    intent -> photo-lock rows; other violations (store/lockdep.py) are shown as warnings."""
+    process or one it started, locked rows against the global order: tables job -> item -> photo ->
+    intent -> photo-lock rows, ascending id within a table (store/lockdep.py); the listed
+    exceptions (``KNOWN``, ``CANNOT_WAIT``) are shown as warnings."""
     if lockdep_dir is None:
         yield
         return
@@ -82,7 +83,8 @@ def lock_order(lockdep_dir: str | None) -> Iterator[None]:
         warnings.warn(
             LockOrderWarning(
                 f"{len(shown_only)} lock-order warning(s): {known} known (store.lockdep.KNOWN), "
-                f"{len(shown_only) - known} ascending-id only; first ones:\n{first}"
+                f"{len(shown_only) - known} that cannot wait (store.lockdep.CANNOT_WAIT); "
+                f"first ones:\n{first}"
             ),
             stacklevel=1,
         )

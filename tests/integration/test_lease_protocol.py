@@ -17,10 +17,12 @@ from store.dispatch import take_for_dispatch
 from store.errors import StaleLease
 from store.events import read_events
 from store.fencing import fenced
+from store.lane_control import pause_lane, resume_lane
 from store.lanes import lane_spec
+from store.leases import ClaimRefusal
 from store.models import Event, Item
 from store.sweeper import revoke_expired
-from tests.support import event_counts, wait_for
+from tests.support import event_counts, item_row, wait_for
 
 NOOP = lane_spec("noop", env={})
 
@@ -48,6 +50,59 @@ def test_claim_is_a_compare_and_set(engine: Engine, tmp_path: Path) -> None:
     assert first.lease is not None and first.lease.token == 1 and first.lease.attempt == 1
     assert second.lease is None and "stale token" in second.reason
     assert event_counts(engine, "item_claimed", job) == {item.id: 1}
+    # And a claim naming the item's *current* token is refused by its state alone: while it runs,
+    # and after it succeeded (the compare-and-set checks the state, not only the token)
+    running = store_items.claim(engine, NOOP, item.id, first.lease.token, "w3")
+    assert running.lease is None and "is running, not claimable" in running.reason
+    with fenced(engine, item.id, first.lease.token) as s:
+        store_items.succeed(s, first.lease, {"ok": 1}, "w1")
+    done = store_items.claim(engine, NOOP, item.id, first.lease.token, "w4")
+    assert done.lease is None and "is succeeded, not claimable" in done.reason
+    row = first_item(engine, job)
+    assert (row.state, row.fencing_token, row.attempt) == ("succeeded", 1, 1)
+    assert event_counts(engine, "item_claimed", job) == {item.id: 1}
+
+
+def test_a_message_older_than_the_items_token_is_refused_though_the_item_is_claimable(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # Given an item whose first lease was revoked (pending again, at token 2)
+    spec = replace(NOOP, lease_ttl=0.05)
+    job = submit(engine, tmp_path, n=1, spec=spec)
+    item = first_item(engine, job)
+    assert store_items.claim(engine, spec, item.id, 0, "w1").lease is not None
+    wait_for(lambda: revoke_expired(engine, {"noop": spec})[0], 5, what="the revocation")
+    assert (first_item(engine, job).state, first_item(engine, job).fencing_token) == ("pending", 2)
+    # When the first message (token 0) is delivered again
+    old = store_items.claim(engine, spec, item.id, 0, "w2")
+    # Then the token alone refuses it: the item stays pending at its token, its next message claims it
+    assert old.lease is None and old.refusal == ClaimRefusal.STALE_TOKEN, old.reason
+    assert (first_item(engine, job).state, first_item(engine, job).fencing_token) == ("pending", 2)
+    assert store_items.claim(engine, spec, item.id, 2, "w3").lease is not None
+
+
+def test_a_claim_in_a_paused_lane_is_refused_and_the_item_claimable_after_the_resume(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # Given a lane with one queued item and one pending item, then paused
+    job = submit(engine, tmp_path, n=2)
+    [queued] = take_for_dispatch(engine, NOOP, bound=1)
+    assert pause_lane(engine, "noop", "test")
+    # When the dispatcher runs, and the queued item's message is delivered
+    dispatched = take_for_dispatch(engine, NOOP)
+    refused = store_items.claim(engine, NOOP, queued.item_id, queued.token, "w")
+    # Then the paused lane gets nothing: no dispatch, and the claim is refused for the pause
+    assert dispatched == []
+    assert refused.lease is None and refused.refusal == ClaimRefusal.LANE_PAUSED, refused.reason
+    row = item_row(engine, queued.item_id)
+    assert (row.state, row.fencing_token, row.attempt, row.lease_owner) == ("pending", 0, 0, None)
+    assert event_counts(engine, "item_claimed", job) == {}
+    # And after the lane's resume the other item is dispatched, and both are claimed
+    assert resume_lane(engine, "noop", "test")
+    [other] = take_for_dispatch(engine, NOOP)
+    assert other.item_id != queued.item_id
+    for pub in (queued, other):
+        assert store_items.claim(engine, NOOP, pub.item_id, pub.token, "w").lease is not None
 
 
 def test_claim_skips_unknown_item_and_wrong_lane(engine: Engine, tmp_path: Path) -> None:
@@ -63,20 +118,33 @@ def test_claim_skips_unknown_item_and_wrong_lane(engine: Engine, tmp_path: Path)
     assert first_item(engine, job).state == "pending"
 
 
+def _lease_and_clock(engine: Engine, item_id: int) -> tuple[float, float]:
+    """(the item's lease expiry, the database clock now)."""
+    with Session(engine) as s:
+        row = s.execute(select(Item.lease_expires_at, db_now()).where(Item.id == item_id)).one()
+        return row[0], row[1]
+
+
 def test_renew_is_guarded_by_token_and_reports_control(engine: Engine, tmp_path: Path) -> None:
-    # Given a claimed item
-    job = submit(engine, tmp_path)
+    # Given a claimed item whose lease is about to run out (its expiry set 1,000 s into the past)
+    spec = replace(NOOP, lease_ttl=30.0)
+    job = submit(engine, tmp_path, spec=spec)
     item = first_item(engine, job)
-    lease = store_items.claim(engine, NOOP, item.id, 0, "w").lease
+    lease = store_items.claim(engine, spec, item.id, 0, "w").lease
     assert lease is not None
-    before = first_item(engine, job).lease_expires_at
+    with Session(engine) as s, s.begin():
+        s.execute(update(Item).where(Item.id == item.id).values(lease_expires_at=db_now() - 1000))
+    _, before = _lease_and_clock(engine, item.id)
     # When the heartbeat renews with the right and with a wrong token
     ok = store_items.renew(engine, {item.id: lease.token})
+    expires, after = _lease_and_clock(engine, item.id)
     stale = store_items.renew(engine, {item.id: lease.token + 5})
-    # Then the right one extends the lease, the wrong one is reported lost
+    # Then the right one extends the lease to the lane's TTL from the database clock at the renewal
     assert ok.held == {item.id: None} and not ok.lost
-    assert first_item(engine, job).lease_expires_at >= before  # type: ignore[operator]
-    assert stale.lost == {item.id}
+    assert before + spec.lease_ttl <= expires <= after + spec.lease_ttl, (before, expires, after)
+    # And the wrong one is reported lost and changes nothing
+    assert stale.lost == {item.id} and not stale.held
+    assert _lease_and_clock(engine, item.id)[0] == expires
     # And a cancel request reaches the heartbeat
     store_jobs.cancel(engine, job)
     assert store_items.renew(engine, {item.id: lease.token}).held == {item.id: "cancel"}
@@ -90,16 +158,51 @@ def test_fenced_commit_after_revocation_is_rejected(engine: Engine, tmp_path: Pa
     lease = store_items.claim(engine, spec, item.id, 0, "zombie").lease
     assert lease is not None
     wait_for(lambda: revoke_expired(engine, {"noop": spec})[0], 5, what="the sweeper to revoke the lease")
-    # When the old holder tries to commit its result
+    # When the old holder commits a write through its fence (a plain write: no finishing
+    # compare-and-set of its own that could refuse it first — the fence alone must)
     with pytest.raises(StaleLease):
         with fenced(engine, item.id, lease.token, worker="zombie") as s:
             s.execute(update(Item).where(Item.id == item.id).values(result={"zombie": True}))
-            store_items.succeed(s, lease, {"zombie": True}, "zombie")
     # Then nothing it wrote is visible and a stale_commit_rejected event is recorded
     row = first_item(engine, job)
     assert row.state == "pending" and row.result is None and row.fencing_token == lease.token + 1
     assert event_counts(engine, "stale_commit_rejected", job) == {item.id: 1}
+    # When another worker wins the item (running again) and the old holder writes once more
+    winner = store_items.claim(engine, NOOP, item.id, lease.token + 1, "winner").lease
+    assert winner is not None
+    with pytest.raises(StaleLease):
+        with fenced(engine, item.id, lease.token, worker="zombie") as s:
+            s.execute(update(Item).where(Item.id == item.id).values(result={"zombie": True}))
+    # Then the fence refuses it by its token (the state, running, is the winner's)
+    row = first_item(engine, job)
+    assert (row.state, row.lease_owner, row.result) == ("running", "winner", None)
+    assert event_counts(engine, "stale_commit_rejected", job) == {item.id: 2}
     assert event_counts(engine, "item_succeeded", job) == {}
+
+
+def test_a_zombies_succeed_after_its_item_was_claimed_again_is_rejected(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # Given an item whose lease was revoked and which another worker then claimed (running again)
+    spec = replace(NOOP, lease_ttl=0.05)
+    job = submit(engine, tmp_path, n=1, spec=spec)
+    item = first_item(engine, job)
+    zombie = store_items.claim(engine, spec, item.id, 0, "zombie").lease
+    assert zombie is not None
+    wait_for(lambda: revoke_expired(engine, {"noop": spec})[0], 5, what="the revocation")
+    winner = store_items.claim(engine, NOOP, item.id, 2, "winner").lease
+    assert winner is not None
+    # When the zombie finishes its item through its fence
+    with pytest.raises(StaleLease):
+        with fenced(engine, item.id, zombie.token, worker="zombie") as s:
+            store_items.succeed(s, zombie, {"zombie": True}, "zombie")
+    # Then the winner's lease is untouched and only the winner's result lands
+    row = first_item(engine, job)
+    assert (row.state, row.lease_owner, row.fencing_token, row.result) == ("running", "winner", 3, None)
+    with fenced(engine, item.id, winner.token, worker="winner") as s:
+        store_items.succeed(s, winner, {"winner": True}, "winner")
+    assert first_item(engine, job).result == {"winner": True}
+    assert event_counts(engine, "item_succeeded", job) == {item.id: 1}
 
 
 def test_fenced_commit_while_lease_holds_succeeds(engine: Engine, tmp_path: Path) -> None:
@@ -133,6 +236,26 @@ def test_expired_leases_are_quarantined_after_max_attempts(engine: Engine, tmp_p
     assert row.state == "failed"
     assert row.error == "quarantined: killed its worker 2 times"
     assert event_counts(engine, "lease_expired", job) == {item.id: 2}
+
+
+def test_a_live_lease_survives_the_sweep_that_revokes_an_expired_one(engine: Engine, tmp_path: Path) -> None:
+    # Given two claimed items: one whose lease has run out, one whose lease holds for a minute
+    short, long = replace(NOOP, lease_ttl=0.05), replace(NOOP, lease_ttl=60.0)
+    job = submit(engine, tmp_path, n=2, spec=short)
+    with Session(engine) as s:
+        dead, live = s.execute(select(Item.id).where(Item.job_id == job).order_by(Item.id)).scalars().all()
+    assert store_items.claim(engine, short, dead, 0, "dead").lease is not None
+    assert store_items.claim(engine, long, live, 0, "live").lease is not None
+    wait_for(lambda: _lease_and_clock(engine, dead)[0] < _lease_and_clock(engine, dead)[1], 10, what="expiry")
+    # When the sweeper runs
+    revoked = revoke_expired(engine, {"noop": short})
+    # Then only the expired lease is revoked; the live one keeps its state, token, owner and expiry
+    assert revoked == (1, 0)
+    assert event_counts(engine, "lease_expired", job) == {dead: 1}
+    row = item_row(engine, live)
+    assert (row.state, row.fencing_token, row.lease_owner) == ("running", 1, "live")
+    assert row.lease_expires_at is not None
+    assert (first_item(engine, job).state, first_item(engine, job).fencing_token) == ("pending", 2)
 
 
 def test_many_sweepers_revoke_each_lease_once(engine: Engine, tmp_path: Path) -> None:

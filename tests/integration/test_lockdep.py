@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,7 +94,7 @@ def test_items_in_descending_id_are_caught(checked: tuple[Engine, str]) -> None:
     assert [v["problems"] for v in found] == [
         [f"ascending id: UPDATE on items id {items[0]} after id {items[1]} of that table"]
     ]
-    assert not lockdep.failing(found[0])  # shown as a warning, not a failure
+    assert lockdep.failing(found[0])  # fails the test that did it
 
 
 def test_the_global_order_and_touching_held_rows_again_pass(checked: tuple[Engine, str]) -> None:
@@ -236,3 +237,87 @@ def test_the_suite_fails_a_test_whose_transaction_broke_the_order(pg_url: str, t
     assert "2 passed, 1 error" in out, out  # its call passed, its teardown failed it
     assert "ERROR at teardown of test_reversed" in out and "1 lock-order violation(s)" in out, out
     assert "table order: FOR UPDATE on jobs while holding rows of items" in out, out
+
+
+def _frames(*names: tuple[str, str]) -> list[traceback.FrameSummary]:
+    return [traceback.FrameSummary(f"/w/{path}", i, name) for i, (path, name) in enumerate(names, 1)]
+
+
+def test_only_a_listed_statement_that_cannot_wait_is_excused_its_ascending_id_break() -> None:
+    # Given the sweeper's revocation frame (listed in CANNOT_WAIT) and an unlisted store function
+    sweeper = _frames(("photojobs/maintenance/services.py", "sweep"), ("store/sweeper.py", "revoke_expired"))
+    other = _frames(("store/items.py", "finish"))
+    skip = [f"{lockdep.ASCENDING_NO_WAIT}: FOR UPDATE SKIP LOCKED on items id 1 after id 2 of that table"]
+    wait = [f"{lockdep.ASCENDING}: FOR UPDATE on items id 1 after id 2 of that table"]
+    order = ["table order: FOR UPDATE on jobs while holding rows of items"]
+    # When each is looked up, then only the listed function's statement that cannot wait is excused
+    assert lockdep._cannot_wait(sweeper, skip) == lockdep.CANNOT_WAIT[("store/sweeper.py", "revoke_expired")]
+    assert lockdep._cannot_wait(other, skip) is None
+    assert lockdep._cannot_wait(sweeper, wait) is None
+    assert lockdep._cannot_wait(sweeper, skip + order) is None
+    # And a record fails its test unless it is excused or known
+    assert not lockdep.failing({"problems": skip, "known": None, "cannot_wait": "why"})
+    assert lockdep.failing({"problems": skip, "known": None, "cannot_wait": None})
+    assert lockdep.failing({"problems": wait, "known": None})
+
+
+def test_skip_locked_and_nowait_statements_are_marked_as_not_waiting(checked: tuple[Engine, str]) -> None:
+    # Given a store under the checker
+    engine, folder = checked
+    _, items, _ = _ids(engine)
+    # When a transaction locks the higher item, then the lower one SKIP LOCKED (outside the list)
+    with Session(engine) as s, s.begin():
+        s.execute(select(Item.id).where(Item.id == items[1]).with_for_update()).all()
+        s.execute(select(Item.id).where(Item.id == items[0]).with_for_update(skip_locked=True)).all()
+    # Then the break is recorded as one that cannot wait, and still fails its test (not listed)
+    (found,) = lockdep.read_violations(folder)
+    assert found["problems"] == [
+        f"{lockdep.ASCENDING_NO_WAIT}: FOR UPDATE SKIP LOCKED on items id {items[0]}"
+        f" after id {items[1]} of that table"
+    ]
+    assert found["cannot_wait"] is None and lockdep.failing(found)
+    nowait = lockdep.classify("SELECT id FROM items WHERE id = %(i)s FOR UPDATE NOWAIT")
+    assert [lock.waits for lock in nowait] == [False]
+
+
+def test_the_sweeper_skips_an_expired_item_another_transaction_holds_instead_of_waiting(pg_url: str) -> None:
+    # Given an item whose lease expired, its row held by another transaction (a finish in progress)
+    from dataclasses import replace
+
+    from store import items as store_items
+    from store.sweeper import revoke_expired
+    from tests.support import wait_for
+
+    engine = make_engine(pg_url)
+    spec = replace(all_lanes({})["noop"], lease_ttl=0.05)
+    job = store_jobs.submit(engine, [spec], [store_jobs.PhotoInput("/p/a.jpg")]).job_id
+    with Session(engine) as s:
+        item = s.execute(select(Item.id).where(Item.job_id == job)).scalar_one()
+    assert store_items.claim(engine, spec, item, 0, "w").lease is not None
+    holder = engine.connect()
+    tx = holder.begin()
+    holder.execute(select(Item.id).where(Item.id == item).with_for_update()).all()
+    try:
+        wait_for(lambda: _expired(engine, item), 10, what="the lease to expire")
+        # When the sweeper runs (the listed CANNOT_WAIT statement)
+        got: list[tuple[int, int]] = []
+        sweep = threading.Thread(target=lambda: got.append(revoke_expired(engine, {"noop": spec})))
+        sweep.start()
+        sweep.join(20)  # a deadline, not a timing: a sweeper that waits for the row never returns here
+        waited = sweep.is_alive()
+    finally:
+        tx.rollback()
+        holder.close()
+    sweep.join()
+    # Then it skipped the held item instead of waiting for it
+    assert not waited and got == [(0, 0)]
+    # And revokes it once the holder let go
+    assert revoke_expired(engine, {"noop": spec}) == (1, 0)
+    engine.dispose()
+
+
+def _expired(engine: Engine, item: int) -> bool:
+    from store.clock import db_now
+
+    with Session(engine) as s:
+        return bool(s.execute(select(Item.lease_expires_at < db_now()).where(Item.id == item)).scalar_one())

@@ -23,16 +23,16 @@ NOOP = lane_spec("noop", env={})
 
 
 def race_with_a_cancel(
-    engine: Engine, job: int, first: int, then: int, action: Callable[[], object]
+    engine: Engine, job: int, items: list[int], action: Callable[[], object]
 ) -> tuple[BaseException | None, dict[str, object]]:
-    """A cancel-like transaction holds the job row (FOR UPDATE) and has updated item ``first``;
-    ``action`` runs in a thread meanwhile; once it waits for a lock the cancel updates ``then`` and
-    commits. Returns the cancel's error (a deadlock) and the action's outcome (``result``/``error``)."""
+    """A cancel-like transaction holds the job row (FOR UPDATE); ``action`` runs in a thread
+    meanwhile; once it waits for a lock the cancel updates ``items`` (in ascending id, the global
+    order, as a cancel does) and commits: an action that locked any of them before waiting for the
+    job deadlocks with it. Returns the cancel's error (a deadlock) and the action's outcome
+    (``result``/``error``)."""
     cancel = engine.connect()
     tx = cancel.begin()
     cancel.execute(select(Job.id).where(Job.id == job).with_for_update()).all()
-    if first != then:
-        cancel.execute(update(Item).where(Item.id == first).values(updated_at=Item.updated_at))
     outcome: dict[str, object] = {}
 
     def run() -> None:
@@ -43,10 +43,11 @@ def race_with_a_cancel(
 
     worker = threading.Thread(target=run)
     worker.start()
-    wait_for(lambda: waiting_for_a_lock(engine) >= 1, 30, what="the action to wait for a lock")
+    wait_for(lambda: waiting_for_a_lock(engine) >= 1, 30, what="the action to wait for the job (job -> item)")
     cancel_error = None
     try:
-        cancel.execute(update(Item).where(Item.id == then).values(updated_at=Item.updated_at))
+        for item in sorted(items):
+            cancel.execute(update(Item).where(Item.id == item).values(updated_at=Item.updated_at))
         tx.commit()
     except Exception as exc:  # noqa: BLE001 - the caller's assertion names it
         cancel_error = exc
@@ -62,14 +63,14 @@ def test_republish_waits_for_a_cancel_holding_the_job_instead_of_deadlocking(
     engine = make_engine(pg_url)
     try:
         # Given a job with two queued items A < B, and a cancel-like transaction that holds the job
-        # row (FOR UPDATE) and has already updated B
+        # row (FOR UPDATE)
         photos = photo_inputs(tmp_path, 2)
         job = store_jobs.submit(engine, [NOOP], photos).job_id
         a, b = sorted(take_for_dispatch(engine, NOOP), key=lambda p: p.item_id)
         # When the sweeper re-publishes A and B meanwhile (it has to wait for the cancel), and the
-        # cancel goes on to update A, then commits
+        # cancel goes on to update A and B, then commits
         cancel_error, outcome = race_with_a_cancel(
-            engine, job, b.item_id, a.item_id, lambda: mark_republished(engine, [a, b], "test")
+            engine, job, [a.item_id, b.item_id], lambda: mark_republished(engine, [a, b], "test")
         )
         # Then neither was aborted as a deadlock: the re-publish waited and then did its work
         assert cancel_error is None, cancel_error
@@ -93,8 +94,7 @@ def test_a_failed_claim_waits_for_a_cancel_holding_the_job_instead_of_deadlockin
         cancel_error, outcome = race_with_a_cancel(
             engine,
             job,
-            a.item_id,
-            a.item_id,
+            [a.item_id],
             lambda: claim_failed(engine, NOOP, a.item_id, a.token, "boom", "w", counts=True),
         )
         # Then neither was aborted as a deadlock (the item was locked after its job, not before)
@@ -111,14 +111,15 @@ def test_a_dispatch_waits_for_a_cancel_holding_the_job_instead_of_deadlocking(
     engine = make_engine(pg_url)
     try:
         # Given a job with two pending items A < B, and a cancel-like transaction that holds the job
-        # row (FOR UPDATE) and has already updated B
+        # row (FOR UPDATE)
         photos = photo_inputs(tmp_path, 2)
         job = store_jobs.submit(engine, [NOOP], photos).job_id
         with engine.connect() as conn:
             a, b = sorted(conn.execute(select(Item.id).where(Item.job_id == job)).scalars())
         # When the dispatcher takes A and B meanwhile (it has to wait for the cancel), and the cancel
-        # goes on to update A, then commits
-        cancel_error, outcome = race_with_a_cancel(engine, job, b, a, lambda: take_for_dispatch(engine, NOOP))
+        # goes on to update A and B, then commits
+        dispatch = lambda: take_for_dispatch(engine, NOOP)  # noqa: E731
+        cancel_error, outcome = race_with_a_cancel(engine, job, [a, b], dispatch)
         # Then neither was aborted as a deadlock: the dispatch locked the job before the items, waited,
         # and then queued both (a dispatch that locks the items first deadlocks here)
         assert cancel_error is None, cancel_error

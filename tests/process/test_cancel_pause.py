@@ -9,6 +9,7 @@ from sqlalchemy import Engine
 
 from photojobs.api import Client
 from photojobs.config import Settings
+from store.events import read_events
 from tests.support import Fleet, event_counts, events_of, item_states, items_of, make_files, wait_for
 
 TERMINAL = {"succeeded", "failed", "cancelled", "skipped"}
@@ -30,11 +31,24 @@ def test_cancel_mid_run_leaves_only_terminal_items(
     # Then not-yet-running items are cancelled at once, running ones stop at a safe point
     wait_for(lambda: set(item_states(engine, job)) <= TERMINAL, 60, what="every item terminal")
     states = item_states(engine, job)
-    assert states.get("cancelled", 0) >= 26
     assert client.status(job).state == "cancelled"
+    # Counted exactly: every one of the 30 items ended once, succeeded (it finished before its stop)
+    # or cancelled — at once by the cancel (as many as it says) or stopped by its worker; none failed
+    assert sum(states.values()) == 30 and set(states) <= {"succeeded", "cancelled"}, states
+    [request] = [e for e in events_of(engine, "job_cancel_requested") if e.job_id == job]
+    cancelled = [e for e in events_of(engine, "item_cancelled") if e.job_id == job]
+    at_once = [e for e in cancelled if e.worker is None]
+    stopped = [e for e in cancelled if e.worker is not None]
+    assert len(at_once) == request.detail["cancelled_now"], (len(at_once), request.detail)
+    assert len({e.item_id for e in cancelled}) == len(cancelled) == states.get("cancelled", 0)
+    succeeded = event_counts(engine, "item_succeeded", job)
+    assert set(succeeded.values()) <= {1} and len(succeeded) == states.get("succeeded", 0)
     # (a cancelled item gives its attempt back: its worker's item_cancelled event says it was running)
-    stopped = [e for e in events_of(engine, "item_cancelled") if e.job_id == job and e.worker is not None]
     assert stopped, "a running item should have been stopped cooperatively"
+    # And nothing was claimed after the cancel was asked for (events in commit order)
+    log = [(e.type, e.item) for e in read_events(engine, job_id=job, limit=10_000)]
+    after = log[log.index(("job_cancel_requested", None)) :]
+    assert [i for t, i in after if t == "item_claimed"] == [], after
     client.engine.dispose()
 
 

@@ -442,3 +442,26 @@ def test_a_batch_item_stopped_while_an_interactive_message_ran_does_not_start(ha
     for i in batch[1:]:
         row = harness.item(i)
         assert row.state == "cancelled" and row.attempt == 0, (i, row.state, row.attempt)
+
+
+def test_a_normal_message_first_in_the_work_queue_waits_for_the_batch_to_finish(
+    harness: BatchHarness,
+) -> None:
+    # Given a batch message of three items on a worker with one thread, and another job's item
+    batch = harness.submit(3)
+    (other,) = harness.submit(1)
+
+    def body(ctx: ItemContext) -> dict[str, int]:
+        if ctx.item_id == batch[0]:
+            # When that item's *normal* message reaches the head of the work queue during the batch
+            harness.broker.enqueue(batch_message(SPEC, [Publish(other, 0, "noop")]))
+            wait_for(lambda: _work_queue_holds(harness, 1), 10, what="the normal message queued")
+        return {"item": ctx.item_id}
+
+    harness.body = body
+    _deliver_with_interactive(harness, batch)
+    # Then it is not run between the batch's items (only an interactive message is): it runs after
+    assert harness.ran == [*batch, other]
+    for i in [*batch, other]:
+        row = harness.item(i)
+        assert row.state == "succeeded" and row.attempt == 1, i

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from photos import containment
 from photos.analyze import analyze
 from photos.containment import check_relative, open_inside, resolve_inside
 from photos.errors import OutsideRoot, UnreadableImage, describe_content
@@ -76,6 +77,28 @@ def test_open_inside_checks_the_file_actually_opened(layout: tuple[Path, Path]) 
         open_inside(root / "swapped.jpg", [root])
     with pytest.raises(OutsideRoot):
         sha256_file(root / "swapped.jpg", roots=[root.resolve()])
+
+
+def test_open_inside_checks_the_descriptor_not_the_path_swapped_between_open_and_check(
+    layout: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a photo path that is a symlink to an outside file, and a harmless photo inside the root
+    root, outside = layout
+    (root / "ok.jpg").write_bytes(b"fine")
+    link = root / "photo.jpg"
+    link.symlink_to(outside / "secret.txt")
+
+    def swap_back(path: object, fd: int) -> None:
+        # When the symlink is swapped to the inside photo right after the open, before the check
+        tmp = root / "photo.jpg.swap"
+        tmp.symlink_to(root / "ok.jpg")
+        os.replace(tmp, link)
+
+    monkeypatch.setattr(containment, "_opened", swap_back)
+    # Then the file actually opened (outside) is refused, although the path now resolves inside
+    with pytest.raises(OutsideRoot):
+        open_inside(link, [root])
+    assert link.resolve() == (root / "ok.jpg").resolve()
 
 
 def test_check_relative_keeps_a_target_under_its_root(layout: tuple[Path, Path]) -> None:
