@@ -217,9 +217,8 @@ def is_loopback(host: str) -> bool:
 )
 def serve(host: str, port: int, insecure_local: bool) -> None:
     """Serve the HTTP API and the dashboard (uvicorn); needs PHOTOJOBS_API_TOKEN."""
-    import uvicorn
-
     from photojobs.web import TOKEN_ENV, create_app
+    from photojobs.web import server as web_server
 
     token = os.environ.get(TOKEN_ENV) or None
     if token is None:
@@ -231,14 +230,21 @@ def serve(host: str, port: int, insecure_local: bool) -> None:
         if not is_loopback(host):
             _fail(f"--insecure-local serves only on a loopback address, not {host}", EX_USAGE)
     try:
+        limits = web_server.ServerLimits.from_env(os.environ)
         app = create_app(token=token, insecure=token is None, local_port=port if token is None else None)
     except ValueError as exc:
         _fail(str(exc), EX_USAGE)
+    if os.environ.get("FORWARDED_ALLOW_IPS") and not limits.trusted:
+        click.echo(
+            "photojobs serve: FORWARDED_ALLOW_IPS is ignored; name your proxies in "
+            f"{web_server.TRUSTED_PROXIES_ENV} to trust their X-Forwarded-For",
+            err=True,
+        )
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"photojobs serve: http://{shown}:{port}/ (API at /api, schema at /openapi.json)", err=True)
     if token is None:
         click.echo("photojobs serve: no token: only a loopback Host, from a loopback page", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
+    web_server.run(app, host, port, limits)
 
 
 def register(cli: click.Group) -> None:

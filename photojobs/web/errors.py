@@ -10,9 +10,10 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
+
+from .safe_json import SafeJSONResponse as JSONResponse
 
 log = logging.getLogger("photojobs.web")
 
