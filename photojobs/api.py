@@ -433,8 +433,12 @@ class Client:
         after: int | None = None,
     ) -> tuple[list[store_jobs.JobStatus], int | None]:
         """Jobs newest first, filtered by state (through an index) and a search (id, lane, parameter,
-        photo path); a page of ``limit`` and the cursor of the next (None at the end)."""
-        return store_console.find_jobs(self.engine, state=state, query=search, limit=limit, after=after)
+        photo path); a page of ``limit`` and the cursor of the next (None at the end). A search is
+        bounded by ``PHOTOJOBS_SEARCH_TIMEOUT`` (3 s): ``SearchTooCostly``, ``SearchBusy``."""
+        timeout = float(self.settings.env.get("PHOTOJOBS_SEARCH_TIMEOUT") or store_console.SEARCH_TIMEOUT)
+        return store_console.find_jobs(
+            self.engine, state=state, query=search, limit=limit, after=after, timeout=timeout
+        )
 
     def job_times(self, status: store_jobs.JobStatus) -> store_console.JobTimes:
         """Created, started, finished, durations and an ETA from the lanes' recent rates."""

@@ -96,6 +96,18 @@ def install(app: FastAPI) -> None:
             )
         return await _crash(request, exc)
 
+    from store.errors import SearchBusy, SearchTooCostly
+
+    @app.exception_handler(SearchTooCostly)
+    async def _costly(request: Request, exc: SearchTooCostly) -> JSONResponse:
+        return JSONResponse(error_body("search_too_costly", str(exc), {"seconds": exc.seconds}), 400)
+
+    @app.exception_handler(SearchBusy)
+    async def _busy(request: Request, exc: SearchBusy) -> JSONResponse:
+        return JSONResponse(
+            error_body("search_busy", str(exc), {"slots": exc.slots}), 429, headers={"Retry-After": "1"}
+        )
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if isinstance(exc, ApiError):
