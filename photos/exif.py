@@ -40,6 +40,7 @@ the file (reading or writing) -> PhotoError naming the file (the staged output i
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -292,32 +293,66 @@ def write_metadata(src: str | os.PathLike[str], dst: str | os.PathLike[str], edi
     dst.parent.mkdir(parents=True, exist_ok=True)
     _unlink_quietly(dst)  # exiftool -o refuses an existing output; dst is the caller's staged path
     tool = exiftool.ExifTool.shared()
-    src_abs, dst_abs = os.path.abspath(src), os.path.abspath(dst)
+    src_abs = os.path.abspath(src)
     current = _current_tags(tool, src) if not edit.is_empty() else {}
     clocks = _clock_tags(tool, src) if edit.shift else {}
     args = exiftool_args(edit, fmt=fmt, current=current, path=src, clocks=clocks)
     if not args:
         shutil.copy2(src, dst)  # nothing to change: an identical copy, same modification time
     else:
-        try:
-            _, warnings = tool.execute_with_warnings(
-                "-ec", "-P", *args, "-o", dst_abs, src_abs, retry_if_died=True
-            )
-        except PhotoError as exc:
-            _unlink_quietly(dst)
-            raise PhotoError(src, exc.reason) from exc
+        warnings = _exiftool_write(tool, src, src_abs, dst, args)
         if warnings:
             _unlink_quietly(dst)
             said = "; ".join(w.removesuffix(f" - {src_abs}") for w in warnings)
             raise PhotoError(src, f"exiftool warned, nothing written: {said}")
-        if not dst.exists():
-            raise PhotoError(src, "exiftool reported success but wrote no output file")
         # -P keeps whole seconds only: give the copy the exact times (and the permissions) of the source
         times = src.stat()
         os.chmod(dst, stat.S_IMODE(times.st_mode))
         os.utime(dst, ns=(times.st_atime_ns, times.st_mtime_ns))
     with open(dst, "rb+") as fh:
         os.fsync(fh.fileno())
+
+
+_OUT_NAMES = itertools.count()
+
+
+def _exiftool_write(
+    tool: exiftool.ExifTool, src: Path, src_abs: str, dst: Path, args: list[str]
+) -> list[str]:
+    """Run exiftool's ``-o`` write of ``src_abs`` to ``dst``; return its warnings (``dst`` is then
+    present, to be removed by the caller) or raise PhotoError (``dst`` absent).
+
+    exiftool expands ``%d``, ``%f``, ``%e``, ``%c`` (and ``%:9d``-style forms) in its ``-o``
+    argument, and ``%%`` does not escape them in 12.57, so ``dst``'s own path -- whose folders and
+    name a rename pattern or a photo's name chose -- is never handed to it: exiftool writes into
+    ``dst``'s folder through ``/proc/PID/fd/N`` of a descriptor held here (a path of digits only),
+    under a name chosen here (the staged-file pattern, so the sweeper removes it if the worker
+    dies before the rename), and the result is renamed to ``dst`` within that same folder."""
+    folder = os.open(dst.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    name = f".exiftool.pj-x{os.getpid()}-{next(_OUT_NAMES)}.tmp"
+    try:
+        out = f"/proc/{os.getpid()}/fd/{folder}/{name}"
+        try:
+            _, warnings = tool.execute_with_warnings(
+                "-ec", "-P", *args, "-o", out, src_abs, retry_if_died=True
+            )
+        except PhotoError as exc:
+            _unlink_at(folder, name)
+            raise PhotoError(src, exc.reason) from exc
+        try:
+            os.replace(name, dst.name, src_dir_fd=folder, dst_dir_fd=folder)
+        except FileNotFoundError:
+            raise PhotoError(src, "exiftool reported success but wrote no output file") from None
+        return warnings
+    finally:
+        os.close(folder)
+
+
+def _unlink_at(folder: int, name: str) -> None:
+    try:
+        os.unlink(name, dir_fd=folder)
+    except FileNotFoundError:
+        pass
 
 
 def _check_complete(src: Path, fmt: str, data: bytes) -> None:

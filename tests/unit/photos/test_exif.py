@@ -338,6 +338,31 @@ def test_exiftool_output_replaces_a_stale_staged_file(tmp_path: Path) -> None:
     assert np.array_equal(_pixels(src), _pixels(dst))
 
 
+def _files_under(top: Path) -> set[Path]:
+    return {Path(d, f) for d, _, names in os.walk(top) for f in names}
+
+
+def test_format_codes_in_the_destination_path_write_only_the_destination(
+    tmp_path: Path, camera_jpeg: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a photo named with exiftool format codes in folders a rename pattern could make
+    # (`%:9d../` climbs towards the file system's root when exiftool expands it), and a working
+    # folder of its own so a relative expansion would land somewhere we look
+    folder = tmp_path / "root" / "%:9d.." / "%:9d.." / "%d%f%e%c"
+    folder.mkdir(parents=True)
+    src = folder / "a%d.jpg"
+    shutil.copy2(camera_jpeg, src)
+    dst = staged_path(src, "i1-t1")
+    monkeypatch.chdir(tmp_path)
+    before = _files_under(tmp_path)
+    # When its metadata is written
+    write_metadata(src, dst, ExifEdit(artist="Format Codes"))
+    # Then the destination holds the edit and no other file appeared anywhere
+    assert read_metadata(dst)["artist"] == "Format Codes"
+    assert _files_under(tmp_path) - before == {dst}
+    assert not any(Path("/").glob("escaped*")) and not (tmp_path / "escaped").exists()
+
+
 @pytest.mark.parametrize("maker", ["png", "jpeg"])
 def test_without_exiftool_every_format_needs_exiftool(
     tmp_path: Path, camera_jpeg: Path, monkeypatch: pytest.MonkeyPatch, maker: str
