@@ -2,16 +2,21 @@
 surrogate in a row written before the request checks of ``text``, or by another program; a file
 name that is not UTF-8, surrogate-escaped by Python) is shown escaped — ``\\xff`` for the byte of
 a surrogate escape, ``\\ud800`` for another lone surrogate — and a non-finite number as its name.
-The error handlers (``errors``) and every endpoint (the app's default response) use it."""
+The error handlers (``errors``), every endpoint's answer (:class:`TextSafeRoute`, before FastAPI's
+own serialisation, which fails on such a string) and the app's default response use it."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -56,3 +61,29 @@ class SafeJSONResponse(JSONResponse):
 
     def render(self, content: Any) -> bytes:
         return dumps(content)
+
+
+def _escaping(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+    """``endpoint`` whose JSON-shaped answer goes through :func:`encodable` (a Response as is)."""
+    if asyncio.iscoroutinefunction(endpoint):
+
+        @functools.wraps(endpoint)
+        async def escaped_async(*args: Any, **kwargs: Any) -> Any:
+            result = await endpoint(*args, **kwargs)
+            return encodable(result) if isinstance(result, dict | list) else result
+
+        return escaped_async
+
+    @functools.wraps(endpoint)
+    def escaped(*args: Any, **kwargs: Any) -> Any:
+        result = endpoint(*args, **kwargs)
+        return encodable(result) if isinstance(result, dict | list) else result
+
+    return escaped
+
+
+class TextSafeRoute(APIRoute):
+    """A route whose answer never fails on a stored string that is not text (see the module)."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, _escaping(endpoint), **kwargs)

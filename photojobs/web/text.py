@@ -139,7 +139,9 @@ class RequestText:
         except ApiError as exc:  # the body limit (413), raised while reading
             await _send_json(send, exc.status_code, error_body(exc.code, exc.message, exc.extra))
             return
-        if body and messages[-1]["type"] == "http.request":
+        if messages[-1]["type"] != "http.request":
+            return  # the client went away before its body ended: nobody to answer
+        if body:
             try:
                 check_json(bytes(body))
             except NotText as exc:
@@ -151,8 +153,6 @@ class RequestText:
 def _replay(messages: list[Message], body: bytes, receive: Receive) -> Callable[[], Any]:
     """A ``receive`` that hands the app the body already read (in one message), then the rest."""
     pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
-    if messages and messages[-1]["type"] != "http.request":
-        pending = [{"type": "http.request", "body": body, "more_body": True}, messages[-1]]
 
     async def replayed() -> Message:
         if pending:

@@ -106,8 +106,9 @@ def test_running_out_of_descriptors_is_one_log_line_not_a_flood(caplog: pytest.L
         with caplog.at_level(logging.WARNING, logger="photojobs.web"):
             for _ in range(10_000):
                 exc = OSError(errno.EMFILE, "Too many open files")
-                server.loop_exception_handler(loop, {"message": "socket.accept() out of system resource",
-                                                     "exception": exc})
+                server.loop_exception_handler(
+                    loop, {"message": "socket.accept() out of system resource", "exception": exc}
+                )
     finally:
         loop.close()
     # Then one line says what happened and what to do
