@@ -223,7 +223,7 @@ def _bounded(engine: Engine, timeout: float | None) -> Iterator[Session]:
                 return
             raw = s.connection().connection.driver_connection
             deadline = time.monotonic() + timeout
-            raw.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+            raw.set_progress_handler(lambda: int(time.monotonic() > deadline), 100_000)
             try:
                 yield s
             except DBAPIError as exc:
