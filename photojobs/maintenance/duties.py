@@ -1,4 +1,4 @@
-"""The sweeper's seven duties as maintenance services, each calling its store function (SQL in store/)."""
+"""The sweeper's eight duties as maintenance services, each calling its store function (SQL in store/)."""
 
 from __future__ import annotations
 
