@@ -114,3 +114,21 @@ def test_running_out_of_descriptors_is_one_log_line_not_a_flood(caplog: pytest.L
     # Then one line says what happened and what to do
     lines = [r for r in caplog.records if r.name == "photojobs.web"]
     assert len(lines) == 1 and "ulimit -n" in lines[0].getMessage()
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"exif.description": "x\udcff"},
+        {"exif.keywords": ["ok", "\ud800"]},
+        {"rename.pattern": "{stem}\udcfe{ext}"},
+    ],
+)
+def test_a_parameter_that_is_not_text_is_refused_for_every_client(params: dict[str, object]) -> None:
+    # Given a parameter holding a byte that is not UTF-8 (the CLI's argv) or a lone surrogate
+    from photos.errors import InvalidParameter
+    from photos.params import validate_params
+
+    # When it is validated (CLI, Client and web alike) / Then it is refused, saying why
+    with pytest.raises(InvalidParameter, match="not text"):
+        validate_params(["exif", "rename"], params)
