@@ -85,6 +85,18 @@ SKIP_TEMP = "photojobs temp file"
 SKIP_SIDECAR = "sidecar of a raw"
 SKIP_PHOTO_SIDECAR = "sidecar of a photo"
 SKIP_ORPHAN_SIDECAR = "sidecar without its photo"
+SKIP_NOT_UTF8 = "name is not UTF-8"
+SKIP_NOT_UTF8_FOLDER = "folder name is not UTF-8"
+
+
+def not_utf8(name: str) -> bool:
+    """The file system's name holds bytes that are not UTF-8 (Python surrogate-escaped them): it
+    cannot be stored, shown or handed to a tool as text, so a scan leaves it out, saying so."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -120,7 +132,8 @@ def scan_photos(paths: Iterable[str | Path], *, any_file: bool = False) -> Scan:
 
     Folders contribute files with a photo suffix, camera raws included (or every file with
     ``any_file``); a file named explicitly is always taken. A path that does not exist raises
-    ``SubmissionError``. Left out: hidden files and folders (a hidden folder counts once),
+    ``SubmissionError``, as does a path whose name is not UTF-8. Left out: names that are not
+    UTF-8 (:func:`not_utf8`), hidden files and folders (a hidden folder counts once),
     photojobs' own temp files, XMP sidecars (part of their raw's unit: they move with it) and
     every other file ("not a photo").
     """
@@ -134,6 +147,10 @@ def scan_photos(paths: Iterable[str | Path], *, any_file: bool = False) -> Scan:
 
     for raw in paths:
         p = Path(raw).expanduser().resolve()
+        if not_utf8(str(p)):
+            raise SubmissionError(
+                f"{os.fsencode(p)!r}: the name is not UTF-8; photojobs keeps names as text (rename it)"
+            )
         if not p.is_dir():
             photos.append(p)
             continue
@@ -141,11 +158,16 @@ def scan_photos(paths: Iterable[str | Path], *, any_file: bool = False) -> Scan:
             hidden = [d for d in dirnames if d.startswith(".")]
             if hidden:
                 skip(SKIP_HIDDEN_FOLDER, len(hidden))
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            undecodable = [d for d in dirnames if not_utf8(d) and not d.startswith(".")]
+            if undecodable:
+                skip(SKIP_NOT_UTF8_FOLDER, len(undecodable))
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not not_utf8(d))
             folded = {n.casefold() for n in filenames}
             for name in sorted(filenames):
                 f = Path(dirpath) / name
-                if is_staged_name(name):
+                if not_utf8(name):
+                    skip(SKIP_NOT_UTF8)
+                elif is_staged_name(name):
                     skip(SKIP_TEMP)
                 elif name.startswith("."):
                     skip(SKIP_HIDDEN)
@@ -411,8 +433,12 @@ class Client:
         after: int | None = None,
     ) -> tuple[list[store_jobs.JobStatus], int | None]:
         """Jobs newest first, filtered by state (through an index) and a search (id, lane, parameter,
-        photo path); a page of ``limit`` and the cursor of the next (None at the end)."""
-        return store_console.find_jobs(self.engine, state=state, query=search, limit=limit, after=after)
+        photo path); a page of ``limit`` and the cursor of the next (None at the end). A search is
+        bounded by ``PHOTOJOBS_SEARCH_TIMEOUT`` (3 s): ``SearchTooCostly``, ``SearchBusy``."""
+        timeout = float(self.settings.env.get("PHOTOJOBS_SEARCH_TIMEOUT") or store_console.SEARCH_TIMEOUT)
+        return store_console.find_jobs(
+            self.engine, state=state, query=search, limit=limit, after=after, timeout=timeout
+        )
 
     def job_times(self, status: store_jobs.JobStatus) -> store_console.JobTimes:
         """Created, started, finished, durations and an ETA from the lanes' recent rates."""

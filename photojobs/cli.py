@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from photojobs.cli_support import worker_command, worker_env
+from photojobs.cli_support import echo, shown, worker_command, worker_env
 from photojobs.config import Settings, masked, service_error
 from photojobs.errors import EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE, ConfigError, ServiceUnavailable
 from photos.errors import InvalidParameter
@@ -85,7 +85,7 @@ def _check_redis(settings: Settings) -> None:
 
 
 def _fail(message: str, code: int = 1) -> None:
-    click.echo(f"photojobs: {message}", err=True)
+    click.echo(f"photojobs: {shown(message, keep_newlines=True)}", err=True)
     sys.exit(code)
 
 
@@ -132,13 +132,13 @@ def submit(
     except (InvalidParameter, SubmissionError, ValueError) as exc:
         _fail(str(exc), EX_USAGE)
     if as_json:
-        click.echo(json.dumps({"job": result.job_id, "items": result.items, "skipped": result.skipped}))
+        echo(json.dumps({"job": result.job_id, "items": result.items, "skipped": result.skipped}))
     else:
-        click.echo(result.job_id)
+        echo(result.job_id)
         if result.skipped:  # nothing left out silently (on stderr: stdout stays the job id)
             from photojobs.api import skipped_text
 
-            click.echo(f"left out: {skipped_text(result.skipped)}", err=True)
+            echo(f"left out: {skipped_text(result.skipped)}", err=True)
 
 
 @cli.command()
@@ -158,21 +158,21 @@ def status(job: int | None, as_json: bool) -> None:
     if as_json:
         out = {"job": st.job_id, "state": st.state, "lanes": st.lanes}
         out |= {"submission": st.submission} if st.submission else {}
-        click.echo(json.dumps(out | {"failures": failures}))
+        echo(json.dumps(out | {"failures": failures}))
         return
-    click.echo(f"job {st.job_id}: {st.state}" + (f" (control: {st.control})" if st.control else ""))
+    echo(f"job {st.job_id}: {st.state}" + (f" (control: {st.control})" if st.control else ""))
     if st.submission:  # its photos are still landing, or its submitter died half-way
         sub = st.submission
-        click.echo(
+        echo(
             f"  submission: {sub['landed']} of {sub['photos']} photo(s) written, last chunk "
             f"{sub['idle']:.0f} s ago; nothing runs until it completes (cancel it if its submitter died)"
         )
     for lane in st.lane_order:
         counts = st.lanes.get(lane, {})
         parts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-        click.echo(f"  {lane:9} {parts}")
+        echo(f"  {lane:9} {parts}")
     for line in failure_lines(st.job_id, failures):
-        click.echo(f"  {line}")
+        echo(f"  {line}")
 
 
 def _format_event(e: dict[str, Any]) -> str:
@@ -197,7 +197,7 @@ def events(job: int | None, after: int, follow: bool, as_json: bool) -> None:
         batch = client.events(after=cursor, job_id=job)
         for e in batch:
             d = e.as_dict()
-            click.echo(json.dumps(d) if as_json else _format_event(d))
+            echo(json.dumps(d) if as_json else _format_event(d))
             cursor = e.cursor
         if not follow:
             if len(batch) < 1000:
@@ -214,7 +214,7 @@ def _control(action: str, job: int) -> None:
     except UnknownJob as exc:
         _fail(str(exc))
     st = client.status(job)
-    click.echo(f"job {job}: {action} requested; {n} item(s) changed now; job is {st.state}")
+    echo(f"job {job}: {action} requested; {n} item(s) changed now; job is {st.state}")
 
 
 @cli.command()
@@ -252,7 +252,7 @@ def db_upgrade() -> None:
     settings = Settings.from_env()
     engine = make_engine(settings.database_url)
     upgrade(engine)
-    click.echo(f"schema at revision {current_revision(engine)}")
+    echo(f"schema at revision {current_revision(engine)}")
 
 
 @cli.command()
@@ -268,7 +268,7 @@ def sweep(once: bool) -> None:
     upgrade(sweeper.engine)
     if once:
         r = sweeper.once()
-        click.echo(
+        echo(
             f"revoked {r.revoked}, quarantined {r.quarantined}, re-published {r.republished}, "
             f"dispatched {r.dispatched}, numbered {r.sequenced} event(s)"
         )
@@ -319,7 +319,7 @@ def worker(lanes: str, processes: int, threads: int, no_sweeper: bool, watch: Pa
     records = runtime_dir()
     orphans = stop_orphans(sorted(records.glob("worker-*.json")))
     if orphans:
-        click.echo(f"photojobs worker: stopped {orphans} orphaned process(es) of an earlier fleet", err=True)
+        echo(f"photojobs worker: stopped {orphans} orphaned process(es) of an earlier fleet", err=True)
     command = worker_command(names, threads, str(watch.resolve()) if watch else None)
     sup = Supervisor(
         lambda i: command,
@@ -334,7 +334,7 @@ def worker(lanes: str, processes: int, threads: int, no_sweeper: bool, watch: Pa
     sup.start()
     if sweeper:
         sweeper.start()
-    click.echo(
+    echo(
         f"photojobs worker: {processes} process(es) x {threads} thread(s) on {','.join(names)}"
         + (f", reloading on changes under {watch}" if watch else ""),
         err=True,
@@ -425,10 +425,10 @@ def _lane_control(action: str, name: str, as_json: bool) -> None:
     except UnknownLane as exc:
         _fail(str(exc), EX_USAGE)
     if as_json:
-        click.echo(json.dumps({"lane": name, "action": action, "changed": changed}))
+        echo(json.dumps({"lane": name, "action": action, "changed": changed}))
     else:
         done, already = {"pause": ("paused", "paused"), "resume": ("resumed", "running")}[action]
-        click.echo(f"lane {name} {done}" if changed else f"lane {name} was already {already}")
+        echo(f"lane {name} {done}" if changed else f"lane {name} was already {already}")
 
 
 @lane.command("pause")
@@ -453,13 +453,13 @@ def lane_list(as_json: bool) -> None:
     """Every lane and whether it is paused (and since when)."""
     lanes = _client().lanes()
     if as_json:
-        click.echo(json.dumps(lanes))
+        echo(json.dumps(lanes))
         return
     for entry in lanes:
         since = entry["paused_at"]
         when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(since)) if since else ""
         state = f"paused since {when}" if since else "running"
-        click.echo(f"{entry['lane']:9} {state}")
+        echo(f"{entry['lane']:9} {state}")
 
 
 from photojobs.cli_web import register as _register_web  # noqa: E402 - after the commands above

@@ -1,9 +1,13 @@
-"""Building blocks shared by ``photojobs worker`` and ``photojobs run``."""
+"""Building blocks shared by ``photojobs worker`` and ``photojobs run``, and the one way every CLI
+printer shows text from the store (:func:`shown`, :func:`echo`)."""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
+
+import click
 
 from store.lanes import all_lanes, usable_cores
 
@@ -50,3 +54,35 @@ def worker_env(threads: int, base: dict[str, str] | None = None, *, processes: i
     env.setdefault("dramatiq_worker_timeout", "250")  # an idle worker looks at Redis 4x a second
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+# C0 and C1 controls (newline and ESC included), DEL, lone surrogates (a file name that is not
+# UTF-8, surrogate-escaped), and the invisible bidi controls that reorder what a terminal shows.
+_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    ch = match.group()
+    code = ord(ch)
+    if ch in _NAMED:
+        return _NAMED[ch]
+    if 0xDC80 <= code <= 0xDCFF:  # the byte of a surrogate escape, as the file system has it
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def shown(text: object, *, keep_newlines: bool = False) -> str:
+    """``text`` safe for a terminal: every control character (a newline that would forge a line,
+    ESC that would drive the terminal), bidi control and lone surrogate written as an escape
+    (``\\n``, ``\\x1b``, ``\\u202e``, ``\\xff`` for a byte that is not UTF-8). ``keep_newlines``:
+    for our own multi-line messages."""
+    value = str(text)
+    if keep_newlines:
+        return "\n".join(_UNSHOWABLE.sub(_escape, line) for line in value.split("\n"))
+    return _UNSHOWABLE.sub(_escape, value)
+
+
+def echo(text: object = "", *, err: bool = False) -> None:
+    """``click.echo`` of :func:`shown` text: what every CLI printer uses for a line it prints."""
+    click.echo(shown(text), err=err)

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from photojobs.cli_support import echo, shown
 from store.errors import NotApplicable, StoreError, SubmissionError, UnknownJob
 
 EX_USAGE = 64
@@ -22,7 +23,7 @@ STATE_HELP = "Read the store of a `photojobs run` state folder (its .photojobs f
 
 
 def _fail(message: str, code: int = 1) -> None:
-    click.echo(f"photojobs: {message}", err=True)
+    click.echo(f"photojobs: {shown(message, keep_newlines=True)}", err=True)
     sys.exit(code)
 
 
@@ -111,19 +112,19 @@ def jobs(job_state: str | None, limit: int, after: int | None, as_json: bool) ->
         _fail(f"unknown job state {job_state!r}; states: {', '.join(JOB_STATES)}", EX_USAGE)
     found, nxt = _client().list_jobs(state=job_state, limit=limit, after=after)
     if as_json:
-        click.echo(json.dumps({"jobs": [_status_json(j) for j in found], "next": nxt}))
+        echo(json.dumps({"jobs": [_status_json(j) for j in found], "next": nxt}))
         return
     if not found:
-        click.echo("no jobs" + (f" in state {job_state}" if job_state else ""))
+        echo("no jobs" + (f" in state {job_state}" if job_state else ""))
     for st in found:
         totals = st.totals()
         done = sum(totals[s] for s in ("succeeded", "failed", "cancelled", "skipped"))
-        click.echo(
+        echo(
             f"{st.job_id:>6}  {st.state:10} {','.join(st.lane_order):30} {done}/{sum(totals.values())} done"
             + (f", {totals['failed']} failed" if totals["failed"] else "")
         )
     if nxt:
-        click.echo(f"more: photojobs jobs --after {nxt}")
+        echo(f"more: photojobs jobs --after {nxt}")
 
 
 @click.command()
@@ -149,13 +150,13 @@ def items(
     except UnknownJob as exc:
         _fail(str(exc))
     if as_json:
-        click.echo(json.dumps({"items": [r.as_dict() for r in rows], "next": nxt}))
+        echo(json.dumps({"items": [r.as_dict() for r in rows], "next": nxt}))
         return
     for r in rows:
         extra = f"  {r.error}" if r.error else ""
-        click.echo(f"{r.id:>8} {r.lane:9} {r.state:9} attempt {r.attempt}  {r.path or '(bundle)'}{extra}")
+        echo(f"{r.id:>8} {r.lane:9} {r.state:9} attempt {r.attempt}  {r.path or '(bundle)'}{extra}")
     if nxt:
-        click.echo(f"more: photojobs items {job} --after {nxt}")
+        echo(f"more: photojobs items {job} --after {nxt}")
 
 
 @click.command()
@@ -175,9 +176,9 @@ def retry(job: int, lane: str | None, as_json: bool) -> None:
         _fail(str(exc), EX_USAGE)
     st = client.status(job)
     if as_json:
-        click.echo(json.dumps({"job": job, "retried": n, "state": st.state}))
+        echo(json.dumps({"job": job, "retried": n, "state": st.state}))
     else:
-        click.echo(f"job {job}: {n} item(s) back to work; job is {st.state}")
+        echo(f"job {job}: {n} item(s) back to work; job is {st.state}")
 
 
 @click.command()
@@ -195,9 +196,9 @@ def prune(older_than: str, as_json: bool) -> None:
         _fail(str(exc), EX_USAGE)
     done = _client().prune(seconds)
     if as_json:
-        click.echo(json.dumps(done.as_dict()))
+        echo(json.dumps(done.as_dict()))
     else:
-        click.echo(f"pruned {done.jobs} job(s), {done.items} item(s), {done.events} event(s)")
+        echo(f"pruned {done.jobs} job(s), {done.items} item(s), {done.events} event(s)")
 
 
 def is_loopback(host: str) -> bool:
@@ -217,9 +218,8 @@ def is_loopback(host: str) -> bool:
 )
 def serve(host: str, port: int, insecure_local: bool) -> None:
     """Serve the HTTP API and the dashboard (uvicorn); needs PHOTOJOBS_API_TOKEN."""
-    import uvicorn
-
     from photojobs.web import TOKEN_ENV, create_app
+    from photojobs.web import server as web_server
 
     token = os.environ.get(TOKEN_ENV) or None
     if token is None:
@@ -231,14 +231,21 @@ def serve(host: str, port: int, insecure_local: bool) -> None:
         if not is_loopback(host):
             _fail(f"--insecure-local serves only on a loopback address, not {host}", EX_USAGE)
     try:
+        limits = web_server.ServerLimits.from_env(os.environ)
         app = create_app(token=token, insecure=token is None, local_port=port if token is None else None)
     except ValueError as exc:
         _fail(str(exc), EX_USAGE)
+    if os.environ.get("FORWARDED_ALLOW_IPS") and not limits.trusted:
+        echo(
+            "photojobs serve: FORWARDED_ALLOW_IPS is ignored; name your proxies in "
+            f"{web_server.TRUSTED_PROXIES_ENV} to trust their X-Forwarded-For",
+            err=True,
+        )
     shown = f"[{host}]" if ":" in host else host
-    click.echo(f"photojobs serve: http://{shown}:{port}/ (API at /api, schema at /openapi.json)", err=True)
+    echo(f"photojobs serve: http://{shown}:{port}/ (API at /api, schema at /openapi.json)", err=True)
     if token is None:
-        click.echo("photojobs serve: no token: only a loopback Host, from a loopback page", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
+        echo("photojobs serve: no token: only a loopback Host, from a loopback page", err=True)
+    web_server.run(app, host, port, limits)
 
 
 def register(cli: click.Group) -> None:

@@ -139,6 +139,7 @@ class Settings:
     republish_after: float = 5.0
     max_attempts: int = 3
     forget_workers_after: float = 3600.0  # the sweeper forgets a worker not heard from for this long
+    submit_abandoned_after: float = 600.0  # the sweeper ends a submission with no chunk for this long
     chain_claims: bool = True  # PHOTOJOBS_CHAIN_CLAIMS: a finish claims the worker's next message
     env: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -180,6 +181,7 @@ class Settings:
             republish_after=_float(env, "PHOTOJOBS_REPUBLISH_AFTER", 5.0),
             max_attempts=_int(env, "PHOTOJOBS_MAX_ATTEMPTS", 3),
             forget_workers_after=_float(env, "PHOTOJOBS_FORGET_WORKERS_AFTER", 3600.0),
+            submit_abandoned_after=_float(env, "PHOTOJOBS_SUBMIT_ABANDONED", 600.0),
             chain_claims=_switch(env, "PHOTOJOBS_CHAIN_CLAIMS", True),
             env=env,
         )

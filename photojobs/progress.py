@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from photojobs.cli_support import shown
 from store.jobs import JobStatus
 
 DONE = ("succeeded", "failed", "skipped", "cancelled")
@@ -56,9 +57,9 @@ def failure_lines(job_id: int, groups: Sequence[Mapping[str, Any]], where: str =
         return []
     out = ["failures by reason:"]
     for g in groups:
-        out.append(f"  {g['count']} × {g['state']} in {g['lane']}: {g['reason']}")
+        out.append(f"  {g['count']} × {g['state']} in {g['lane']}: {shown(g['reason'])}")
         for x in g["examples"]:
-            out.append(f"      item {x['item']}: {x.get('path') or '(no photo)'}")
+            out.append(f"      item {x['item']}: {shown(x.get('path') or '(no photo)')}")
         more = g["count"] - len(g["examples"])
         if more > 0:
             out.append(f"      … and {more} more")

@@ -41,6 +41,7 @@ class Sweeper:
                 self.publisher,
                 republish_after=settings.republish_after,
                 forget_workers_after=settings.forget_workers_after,
+                submit_abandoned_after=settings.submit_abandoned_after,
             )
         )
         self.scheduler: BackgroundScheduler | None = None

@@ -102,10 +102,10 @@ def check_relative(root: str | os.PathLike[str], relpath: str) -> Path:
     candidate = real_root / relpath
     parent = candidate.parent.resolve()
     if not is_within(parent, [real_root]):
-        raise OutsideRoot(relpath, f"resolves to {parent}, which is outside the root {real_root}")
+        raise OutsideRoot(relpath, "its folder resolves outside the root")
     target = parent / candidate.name
-    if target.is_symlink() and not is_within(pointed := target.resolve(), [real_root]):
-        raise OutsideRoot(relpath, f"is a symlink to {pointed}, which is outside the root {real_root}")
+    if target.is_symlink() and not is_within(target.resolve(), [real_root]):
+        raise OutsideRoot(relpath, "is a symlink that points outside the root")
     return target
 
 
@@ -134,12 +134,25 @@ def _sweep_dead_pins() -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
+def private_name(name: str) -> str:
+    """``name`` as the pin's private name: the photo's name and extension, with every character a
+    tool could read as more than a name — a control character, ``%`` (exiftool's format codes), a
+    byte that is not UTF-8 (a surrogate escape), a leading ``-`` or ``.`` — replaced by ``_``."""
+    safe = "".join(
+        "_" if ch == "%" or ch == "/" or not ch.isprintable() or "\ud800" <= ch <= "\udfff" else ch
+        for ch in name
+    )
+    if safe[:1] in ("-", "."):
+        safe = "_" + safe[1:]
+    return safe or "photo"
+
+
 class Pinned:
     """One file opened through :func:`open_inside` and kept open: every read of it — by this
     process (:attr:`fd`, :meth:`sha256`) or by another program given :attr:`name` (exiftool,
     LibRaw) — reads exactly the inode that was checked, whatever happens to its path afterwards.
 
-    :attr:`name` is ``<private folder>/<the photo's own file name>``, a symlink to
+    :attr:`name` is ``<private folder>/<the photo's own file name>`` (:func:`private_name`), a symlink to
     ``/proc/<this pid>/fd/<fd>`` (the kernel's link to the open file, not a path lookup): it keeps
     the photo's name and extension (format detection, messages) and no other name can be swapped
     under it (the folder is this process's, mode 0700). Where ``/proc`` is missing the folder
@@ -153,7 +166,7 @@ class Pinned:
         self.entry = entry
         _sweep_dead_pins()
         self._folder = Path(tempfile.mkdtemp(prefix=PIN_PREFIX))
-        self.name = self._folder / (path.name or "photo")
+        self.name = self._folder / private_name(path.name)
         magic = f"/proc/{os.getpid()}/fd/{fd}"
         if os.path.exists(magic):
             os.symlink(magic, self.name)

@@ -118,6 +118,79 @@ def _remove_own(pid: int, path: str) -> None:
             pass
 
 
+#: Options whose argument is the next one. exiftool expands format codes (``%d %f %e %c``, also
+#: ``%:9d``-style) in the argument of the output ones; every other argument that does not start
+#: with ``-`` must be an absolute file name (so no name is ever read as an option).
+_VALUE_OPTIONS = frozenset({"-charset", "-sep", "-api", "-d", "-lang"})
+#: Output options: their argument must be absolute and hold no ``%`` in its folder (``-o``,
+#: ``-srcfile``: nowhere); ``-tagsfromfile`` takes only ``@`` (the file itself).
+_PATTERN_OPTIONS = frozenset({"-w", "-w!", "-w+", "-W", "-W!", "-W+"})
+_OUTPUT_OPTIONS = frozenset({"-o", "-out", "-srcfile", "-tagsfromfile", *_PATTERN_OPTIONS})
+#: Options no caller may send: they change how exiftool reads the argument stream itself.
+_STREAM_OPTIONS = frozenset({"-@", "-stay_open", "-execute", "-common_args", "-config", "-echo4"})
+
+
+class UnsafeArgument(PhotoError):
+    """An argument exiftool would read differently from what the caller meant (a newline, a
+    leading ``#`` or blank, a relative file name, a format code in an output name)."""
+
+
+def encode_arguments(args: tuple[str | os.PathLike[str], ...]) -> list[bytes]:
+    """The lines of one ``-stay_open`` command, checked so that exiftool reads exactly these
+    arguments: its argument-file reader ends an argument at a newline, drops blank lines and lines
+    starting with ``#`` (or un-escapes ``#[CSTR]`` ones) and strips leading white space; a file
+    argument that does not start with ``/`` could be read as an option (``-execute``, ``-@``); and
+    ``-o``/``-w``/``-srcfile``/``-tagsFromFile`` expand ``%d``-style codes. Raises
+    :class:`UnsafeArgument` (naming no path) instead of passing any of these."""
+    encoded: list[bytes] = []
+    expect: str | None = None  # the option whose argument comes next
+    for arg in args:
+        raw = os.fsencode(arg) if isinstance(arg, os.PathLike) else arg.encode("utf-8", "surrogateescape")
+        if b"\n" in raw or b"\r" in raw:
+            raise UnsafeArgument(None, "an exiftool argument contains a newline")
+        if not raw or raw[:1].isspace() or raw.startswith(b"#"):
+            raise UnsafeArgument(None, "an exiftool argument is empty or starts with a blank or '#'")
+        if expect is not None:
+            _check_option_value(expect, raw)
+            expect = None
+        elif raw.startswith(b"-"):
+            option = raw.split(b"=", 1)[0].decode("utf-8", "replace")
+            name = option if option in _PATTERN_OPTIONS else option.lower()
+            if name in _STREAM_OPTIONS or name.startswith("-execute"):
+                raise UnsafeArgument(None, f"exiftool option {option} is reserved for the command stream")
+            if name in _VALUE_OPTIONS or name in _OUTPUT_OPTIONS:
+                expect = name
+        elif not raw.startswith(b"/"):
+            raise UnsafeArgument(None, "an exiftool file argument is not an absolute path")
+        encoded.append(raw)
+    if expect is not None:
+        raise UnsafeArgument(None, f"exiftool option {expect} is missing its argument")
+    return encoded
+
+
+def _check_option_value(option: str, raw: bytes) -> None:
+    if option not in _OUTPUT_OPTIONS:
+        return
+    if option == "-tagsfromfile":
+        if raw != b"@":
+            raise UnsafeArgument(None, "-tagsFromFile takes only '@' (the file being written)")
+        return
+    if not raw.startswith(b"/"):
+        raise UnsafeArgument(None, f"the {option} argument is not an absolute path")
+    folder, _, name = raw.rpartition(b"/")
+    if b"%" in folder or (b"%" in name and option not in _PATTERN_OPTIONS):
+        raise UnsafeArgument(None, f"the {option} argument holds '%' (exiftool would expand it)")
+
+
+def private_folder(prefix: str) -> tempfile.TemporaryDirectory[str]:
+    """A private (0700) temporary folder for exiftool to write into, whose path holds no ``%``
+    (``$TMPDIR`` when it holds none, else ``/tmp``): an output name inside it is never expanded."""
+    base = tempfile.gettempdir()
+    if "%" in base or not os.path.isabs(base):
+        base = "/tmp"  # noqa: S108 - only a parent: the folder itself is mkdtemp's (0700, random name)
+    return tempfile.TemporaryDirectory(prefix=prefix.replace("%", "_"), dir=base)
+
+
 class ExifToolDied(PhotoError):
     """The exiftool process died (or was killed) while running a command."""
 
@@ -269,10 +342,11 @@ class ExifTool:
         """Run one exiftool command; return its stdout (UTF-8 text).
 
         Raises PhotoError when exiftool reports a non-zero status or an ``Error:`` line, when it
-        dies, or when it does not answer within the timeout. Arguments may not contain newlines
-        (the argument file is line based); pass file paths as absolute paths so that a name
-        starting with ``-`` is never read as an option. ``retry_if_died``: the command may run
-        again (it is idempotent), so a process that died while running it is restarted once.
+        dies, or when it does not answer within the timeout; :class:`UnsafeArgument` (before
+        anything is sent) for an argument exiftool would read otherwise (see
+        :func:`encode_arguments`): file names must be absolute, output names free of ``%``.
+        ``retry_if_died``: the command may run again (it is idempotent), so a process that died
+        while running it is restarted once.
         """
         return self.execute_with_warnings(*args, retry_if_died=retry_if_died)[0]
 
@@ -288,12 +362,7 @@ class ExifTool:
             return self._execute(args)
 
     def _execute(self, args: tuple[str | os.PathLike[str], ...]) -> tuple[str, list[str]]:
-        encoded: list[bytes] = []
-        for arg in (*COMMON_ARGS, *args):
-            raw = os.fsencode(arg) if isinstance(arg, os.PathLike) else arg.encode("utf-8", "surrogateescape")
-            if b"\n" in raw or b"\r" in raw:
-                raise PhotoError(None, f"exiftool argument contains a newline: {arg!r}")
-            encoded.append(raw)
+        encoded = encode_arguments((*COMMON_ARGS, *args))
         with self._lock:
             for attempt in (1, 2):
                 proc = self._proc

@@ -305,9 +305,9 @@ def ensure_inside(root: str | os.PathLike[str], path: str | os.PathLike[str]) ->
     if not candidate.is_absolute():
         candidate = Path(root) / candidate
     try:
-        return resolve_inside(candidate, [root], what=f"the root {Path(root).resolve()}")
+        return resolve_inside(candidate, [root], what=f"the root {Path(root)}")
     except OutsideRoot:
-        raise OutsideRoot(path, f"resolves outside the root {Path(root).resolve()}") from None
+        raise OutsideRoot(path, f"resolves outside the root {Path(root)}") from None
 
 
 def sweep_stray_temps(

@@ -174,6 +174,11 @@ def validate_params(lanes: Sequence[str], params: Mapping[str, Any]) -> dict[str
     out: dict[str, Any] = {}
     for key, value in params.items():
         lane, _, name = key.partition(".")
+        if not _is_text(value):
+            raise InvalidParameter(
+                f"parameter {key}={value!r}: holds a character that is not text (a byte that is not "
+                "UTF-8, or a lone surrogate); it could be neither stored nor written to a photo"
+            )
         try:
             out[key] = KNOWN[lane][name].parse(value)
         except InvalidParameter as exc:
@@ -185,6 +190,20 @@ def validate_params(lanes: Sequence[str], params: Mapping[str, Any]) -> dict[str
     if out.get("upload.endpoint") and not str(out.get("upload.target", "")).startswith("s3://"):
         raise InvalidParameter("parameter upload.endpoint needs an s3:// upload.target")
     return out
+
+
+def _is_text(value: Any) -> bool:
+    """Every string in ``value`` (a list's too) encodes as UTF-8 (the CLI's argv surrogate-escapes
+    bytes that are not UTF-8; the web refuses lone surrogates before this, photojobs.web.text)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(value, list | tuple):
+        return all(_is_text(v) for v in value)
+    return True
 
 
 def lane_params(params: Mapping[str, Any], lane: str) -> dict[str, Any]:

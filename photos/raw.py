@@ -14,7 +14,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,7 +136,7 @@ def raw_pixels(path: Path, orientation: int) -> RawPixels:
 
 def _best_preview(path: Path) -> tuple[str, Image.Image] | None:
     tool = _tool(path)
-    with tempfile.TemporaryDirectory(prefix="pj-raw-") as tmp:
+    with exiftool.private_folder("pj-raw-") as tmp:
         pattern = os.path.join(tmp, "%t%c.%s")
         try:
             tool.execute(

@@ -48,7 +48,7 @@ NOTE_FILE_TIME = "no capture time: used file time"
 NOTE_UNKNOWN_CAMERA = f"no camera make/model: used {UNKNOWN_CAMERA}"
 
 # strftime directives that give the same characters on every platform and never contain '/'.
-_STRFTIME_OK = set("aAbBdHIjmMpSUwWyYGuVfz%")
+_STRFTIME_OK = set("aAbBdHIjmMpSUwWyYGuVfz")
 _INT_FIELDS = {"width", "height"}
 _MAX_VALUE_CHARS = 64
 _MAX_STEM_CHARS = 150
@@ -151,6 +151,12 @@ def _check_skeleton(pattern: str, parts: list[tuple[str, str | None, str]]) -> N
         elif name is not None:
             pieces.append("x")
     skeleton = "".join(pieces)
+    literal_percent = next((lit for lit, _, _ in parts if "%" in lit), None)
+    if literal_percent is not None:
+        raise PatternError(
+            f"pattern {pattern!r}: '%' is allowed only in {{taken:…}}'s strftime directives such as %Y "
+            "(a '%' in a name is read as a format code by tools such as exiftool)"
+        )
     bad = [c for c in skeleton if unicodedata.category(c) == "Cc"]
     if bad:
         raise PatternError(f"pattern {pattern!r}: contains control character {bad[0]!r}")
@@ -173,7 +179,8 @@ def validate_pattern(pattern: str) -> None:
     """Raise :class:`PatternError` unless ``pattern`` is a valid rename/key pattern.
 
     Refused: empty patterns, absolute paths, ``..``/``.``/empty components, backslashes, control
-    characters, unknown fields (the message lists the valid ones), conversions, nested fields,
+    characters, a ``%`` outside ``{taken:…}``'s strftime directives (``%%`` too), unknown fields
+    (the message lists the valid ones), conversions, nested fields,
     strftime directives outside a portable set, format specs that do not apply to the field.
     """
     _parse(pattern)

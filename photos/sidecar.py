@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -195,7 +194,7 @@ def write_sidecar(
     before = existing.read_bytes() if existing else None
     if not args:  # nothing to change: no sidecar is created, an existing one stays as it is
         return target, before, before
-    with tempfile.TemporaryDirectory(prefix="pj-xmp-") as tmp:
+    with exiftool.private_folder("pj-xmp-") as tmp:
         out = Path(tmp) / "sidecar.xmp"
         source = [os.path.abspath(existing)] if existing else []
         try:

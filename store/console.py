@@ -9,17 +9,21 @@ candidate with the derived state.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import threading
+import time
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, Integer, String, and_, cast, exists, func, not_, or_, select, text, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from .clock import db_now
 from .engine import reader
-from .errors import NotApplicable, UnknownJob
+from .errors import NotApplicable, SearchBusy, SearchTooCostly, UnknownJob
 from .events import emit_many
 from .lanes import LANE_NAMES
 from .listing import MAX_PAGE
@@ -46,6 +50,14 @@ from .reasons import reason_class
 from .status import JobStatus, statuses
 
 MAX_ROW_ID = 2**31 - 1
+#: A search's cost bound: each statement stops after this many seconds (PostgreSQL's
+#: ``statement_timeout``, SQLite's progress handler), and at most SEARCH_SLOTS run at once in a
+#: process (a search waits at most its time bound for a slot), so the plain list stays fast.
+SEARCH_TIMEOUT = 3.0
+SEARCH_SLOTS = 2
+#: A photo-path search needs at least this many characters (what a trigram index can serve).
+MIN_PATH_SEARCH = 3
+_search_slots = threading.BoundedSemaphore(SEARCH_SLOTS)
 ACTIVE = (WAITING, PENDING, QUEUED, RUNNING)
 # The states of ``ix_items_settled_job`` (migration 0010): rare, and never on the hot path (an item
 # that runs and succeeds never enters the index, so it costs the claim and the finish nothing).
@@ -115,7 +127,8 @@ def _like(text: str) -> str:
 
 def search_hint(query: str) -> ColumnElement[bool]:
     """Jobs matching ``query``: its id (``17`` or ``#17``), a lane, a parameter (``key``, ``value``
-    or ``key=value``) or a photo path containing it (case-insensitive)."""
+    or ``key=value``) or a photo path containing it (case-insensitive; ``MIN_PATH_SEARCH``
+    characters at least)."""
     text = query.strip()
     conds: list[ColumnElement[bool]] = []
     bare = text.lstrip("#")
@@ -133,13 +146,14 @@ def search_hint(query: str) -> ColumnElement[bool]:
         )
     else:
         conds.append(cast(Job.params, String).ilike(pattern, escape="\\"))
-    conds.append(
-        exists().where(
-            Item.job_id == Job.id,
-            Item.photo_id == Photo.id,
-            Photo.path.ilike(pattern, escape="\\"),
+    if len(text) >= MIN_PATH_SEARCH:  # PostgreSQL: ix_photos_path_trgm (revision 0012) serves it
+        conds.append(
+            exists().where(
+                Item.job_id == Job.id,
+                Item.photo_id == Photo.id,
+                Photo.path.ilike(pattern, escape="\\"),
+            )
         )
-    )
     return or_(*conds)
 
 
@@ -150,10 +164,13 @@ def find_jobs(
     query: str | None = None,
     limit: int = 20,
     after: int | None = None,
+    timeout: float = SEARCH_TIMEOUT,
 ) -> tuple[list[JobStatus], int | None]:
     """Jobs newest first, ``limit`` a page, filtered by derived ``state`` and a search ``query``;
     ``after`` is the previous page's ``next`` (a job id). Returns the page and the next cursor
-    (None at the end): every job is reachable by following it."""
+    (None at the end): every job is reachable by following it. A search is bounded: each of its
+    statements stops after ``timeout`` seconds (:class:`SearchTooCostly`), and it waits at most
+    that long for one of the process's ``SEARCH_SLOTS`` (:class:`SearchBusy`)."""
     limit = max(1, min(limit, MAX_PAGE))
     conds: list[ColumnElement[bool]] = []
     if state:
@@ -162,7 +179,8 @@ def find_jobs(
         conds.append(search_hint(query))
     found: list[JobStatus] = []
     cursor = after
-    with Session(reader(engine)) as s:
+    searching = bool(query and query.strip())
+    with _bounded(engine, timeout if searching else None) as s:
         while True:
             q = select(Job).where(*conds).order_by(Job.id.desc()).limit(limit)
             if cursor is not None:
@@ -181,6 +199,41 @@ def find_jobs(
                         return found, (st.job_id if more else None)
             if len(jobs) < limit:
                 return found, None
+
+
+@contextmanager
+def _bounded(engine: Engine, timeout: float | None) -> Iterator[Session]:
+    """A read session; with ``timeout``, a search slot and a time bound on every statement."""
+    if timeout is None:
+        with Session(reader(engine)) as s:
+            yield s
+        return
+    if not _search_slots.acquire(timeout=timeout):
+        raise SearchBusy(SEARCH_SLOTS)
+    try:
+        with Session(reader(engine)) as s:
+            if engine.dialect.name == "postgresql":
+                s.execute(text(f"SET LOCAL statement_timeout = {max(1, int(timeout * 1000))}"))
+                try:
+                    yield s
+                except DBAPIError as exc:
+                    if getattr(exc.orig, "sqlstate", None) == "57014":  # query_canceled
+                        raise SearchTooCostly(timeout) from None
+                    raise
+                return
+            raw = s.connection().connection.driver_connection
+            deadline = time.monotonic() + timeout
+            raw.set_progress_handler(lambda: int(time.monotonic() > deadline), 100_000)
+            try:
+                yield s
+            except DBAPIError as exc:
+                if "interrupted" in str(exc.orig):
+                    raise SearchTooCostly(timeout) from None
+                raise
+            finally:
+                raw.set_progress_handler(None, 0)
+    finally:
+        _search_slots.release()
 
 
 def job_ids_query(state: str | None, query: str | None) -> Any:

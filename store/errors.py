@@ -119,3 +119,22 @@ def classify_store_error(exc: BaseException) -> str:
     if isinstance(exc, sa_exc.OperationalError):
         return TRANSIENT
     return DETERMINISTIC  # a bug (TypeError, KeyError, …) fails the same way every time
+
+
+class SearchTooCostly(StoreError):
+    """A search ran past its time bound (``store.console.find_jobs``): it was stopped."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(
+            f"the search took longer than {seconds:g} s and was stopped; search a longer part of a "
+            "photo path, a job id or a lane"
+        )
+        self.seconds = seconds
+
+
+class SearchBusy(StoreError):
+    """Every search slot of this process stayed taken for the search's whole time bound."""
+
+    def __init__(self, slots: int) -> None:
+        super().__init__(f"{slots} searches are running already; try again in a moment")
+        self.slots = slots

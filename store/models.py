@@ -91,6 +91,8 @@ class Photo(Base):
     # the file's modification time when first submitted: rename's fallback when there is no
     # capture time (stable across later edits of the file); revision 0003
     file_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # PostgreSQL also has ix_photos_path_trgm (revision 0012: a pg_trgm GIN index for the console's
+    # path search) where the extension could be created; not modelled, since it may be absent.
 
 
 class Item(Base):

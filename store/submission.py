@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from .lanes import LaneSpec
 from .models import CANCEL, PENDING, WAITING, Item, ItemPhoto, Job, Photo
 from .pipeline import UNFINISHED, lock_job
 from .priority import PRIORITIES
+
+log = logging.getLogger(__name__)
 
 SUBMIT_LOCK = 0x7375626D6974  # "submit"
 
@@ -122,7 +125,10 @@ def submit(
     items follow in chunks of at most ``CHUNK_MAX`` photos (each transaction short, see
     ``CHUNK_TARGET``); the last one clears ``submitting`` and writes ``job_submitted``. Items of a
     job still submitting are not dispatched, so a submitter that dies half-way leaves an inert job
-    that ``status`` shows as ``submitting`` and that can be cancelled. Raises ``BacklogFull``
+    that ``status`` shows as ``submitting`` and that can be cancelled (the sweeper ends it once its
+    last chunk is ``PHOTOJOBS_SUBMIT_ABANDONED`` old); a submission that fails with an error ends
+    its job at once (:func:`end_submission`: cancelled, ``job_submitted`` with ``why``).
+    Raises ``BacklogFull``
     (before anything is written) when a lane's unfinished items plus the new ones would exceed the
     lane's backlog bound, ``SubmissionError`` for no photos or lanes, and ``SubmissionCancelled``
     when the job is cancelled before its last chunk. ``priority``: "interactive" or "normal", or
@@ -174,29 +180,94 @@ def submit(
     # PostgreSQL has no store-wide write lock: chunks of CHUNK_MAX photos keep its transactions
     # short without paying a commit per few hundred photos. SQLite: sized by the time they take.
     start, size = 0, CHUNK_MAX if postgres else CHUNK_FIRST
-    while start < len(photos):
-        chunk = photos[start : start + size]
-        t0 = time.perf_counter()
-        landed = _land_chunk(engine, job_id, lanes, chunk, bundled, bundles, start, len(photos))
-        if landed is None:
-            raise SubmissionCancelled(job_id, start, len(photos))
-        n_items += landed
-        took = time.perf_counter() - t0
-        start += len(chunk)
-        if not postgres:
-            size = max(CHUNK_MIN, min(CHUNK_MAX, int(len(chunk) * CHUNK_TARGET / max(took, 1e-3))))
-            if start < len(photos):
-                time.sleep(min(took, 4 * CHUNK_TARGET))  # let waiting writers take the lock
-    with Session(engine) as s, s.begin():
-        lock_job(s, job_id)  # ordered after a concurrent cancel/pause of the job
-        s.execute(update(Job).where(Job.id == job_id).values(submitting=False, submit_touched_at=db_now()))
-        emit(
-            s,
-            "job_submitted",
-            job_id=job_id,
-            detail={"lanes": [sp.name for sp in lanes], "photos": len(photos), "items": n_items},
-        )
+    try:
+        while start < len(photos):
+            chunk = photos[start : start + size]
+            t0 = time.perf_counter()
+            landed = _land_chunk(engine, job_id, lanes, chunk, bundled, bundles, start, len(photos))
+            if landed is None:
+                raise SubmissionCancelled(job_id, start, len(photos))
+            n_items += landed
+            took = time.perf_counter() - t0
+            start += len(chunk)
+            if not postgres:
+                size = max(CHUNK_MIN, min(CHUNK_MAX, int(len(chunk) * CHUNK_TARGET / max(took, 1e-3))))
+                if start < len(photos):
+                    time.sleep(min(took, 4 * CHUNK_TARGET))  # let waiting writers take the lock
+        with Session(engine) as s, s.begin():
+            lock_job(s, job_id)  # ordered after a concurrent cancel/pause of the job
+            s.execute(
+                update(Job).where(Job.id == job_id).values(submitting=False, submit_touched_at=db_now())
+            )
+            emit(
+                s,
+                "job_submitted",
+                job_id=job_id,
+                detail={"lanes": [sp.name for sp in lanes], "photos": len(photos), "items": n_items},
+            )
+    except SubmissionCancelled:
+        raise
+    except BaseException as exc:  # never a job left submitting by a submitter that is still alive
+        end_submission(engine, job_id, f"the submission failed: {type(exc).__name__}")
+        raise
     return Submitted(job_id=job_id, items=n_items, photos=len(photos))
+
+
+def end_submission(engine: Engine, job_id: int, why: str) -> bool:
+    """End a submission that will not complete (its submitter failed, or died: the sweeper): the
+    job is cancelled (its landed items ``cancelled``), ``submitting`` cleared and ``job_submitted``
+    written with ``cancelled`` and ``why``. True when it ended it; False when it was no longer
+    submitting or the store could not be reached (the sweeper ends it later)."""
+    from .control import cancel
+
+    try:
+        with Session(engine) as s:
+            job = s.get(Job, job_id)
+            if job is None or not job.submitting:
+                return False
+            lane_names = list(job.lanes)
+        cancel(engine, job_id)
+        with Session(engine) as s, s.begin():
+            lock_job(s, job_id)
+            ended = s.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.submitting == True)  # noqa: E712
+                .values(submitting=False, submit_touched_at=db_now())
+            ).rowcount
+            if not ended:
+                return False
+            created = s.execute(
+                select(func.count()).select_from(Item).where(Item.job_id == job_id)
+            ).scalar_one()
+            emit(
+                s,
+                "job_submitted",
+                job_id=job_id,
+                detail={"lanes": lane_names, "items": created, "cancelled": True, "why": why},
+            )
+        return True
+    except Exception:  # noqa: BLE001 - best effort: the caller re-raises its own error
+        log.warning("could not end the failed submission of job %s", job_id, exc_info=True)
+        return False
+
+
+#: A submission whose last chunk is this old (PHOTOJOBS_SUBMIT_ABANDONED) lost its submitter.
+SUBMIT_ABANDONED = 600.0
+
+
+def end_abandoned_submissions(engine: Engine, after: float = SUBMIT_ABANDONED) -> int:
+    """End (:func:`end_submission`) every submission whose last chunk landed more than ``after``
+    seconds ago (database time): its submitter died. A live submitter writes a chunk every few
+    hundred milliseconds. The sweeper runs this; returns how many it ended."""
+    with Session(reader(engine)) as s:
+        stale = s.execute(
+            select(Job.id).where(
+                Job.submitting == True,  # noqa: E712 - served by ix_jobs_submitting
+                func.coalesce(Job.submit_touched_at, Job.created_at) < db_now() - after,
+            )
+        ).scalars().all()
+    why = f"its submitter stopped for over {after:g} s"
+    return sum(end_submission(engine, job_id, why) for job_id in stale)
 
 
 def _land_chunk(

@@ -1,11 +1,12 @@
 """The sweeper's duties as small maintenance services run by one loop (docs/design.md "Maintenance services").
 
 :mod:`.service` is the loop and the base class (name, interval, counters a test can wait on);
-:mod:`.duties` the seven duties, each calling its store function, and ``sweep_once`` (one pass).
+:mod:`.duties` the eight duties, each calling its store function, and ``sweep_once`` (one pass).
 """
 
 from photojobs.maintenance.duties import (
     DispatchLane,
+    EndAbandonedSubmissions,
     ForgetWorkers,
     NumberEvents,
     Publisher,
@@ -21,6 +22,7 @@ from photojobs.maintenance.service import Maintenance, Service
 
 __all__ = [
     "DispatchLane",
+    "EndAbandonedSubmissions",
     "ForgetWorkers",
     "Maintenance",
     "NumberEvents",

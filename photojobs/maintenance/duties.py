@@ -1,4 +1,4 @@
-"""The sweeper's seven duties as maintenance services, each calling its store function (SQL in store/)."""
+"""The sweeper's eight duties as maintenance services, each calling its store function (SQL in store/)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from store.dispatch import Publish, mark_republished, stale_queued, take_for_dis
 from store.events import assign_cursors
 from store.intents import settle_orphans, sweep_stray_staged
 from store.lanes import LaneSpec
+from store.submission import SUBMIT_ABANDONED, end_abandoned_submissions
 from store.sweeper import revoke_expired
 from store.workers import FORGET_AFTER, forget_stale
 
@@ -141,6 +142,20 @@ class ForgetWorkers(Service):
         return {"workers_forgotten": forget_stale(self.engine, self.after)}
 
 
+class EndAbandonedSubmissions(Service):
+    """Every minute, end the submissions whose submitter died: no chunk for ``after`` seconds
+    (``store.submission.end_abandoned_submissions``: the job is cancelled, never left submitting)."""
+
+    name, what = "submissions", "ending abandoned submissions"
+
+    def __init__(self, engine: Engine, *, after: float = SUBMIT_ABANDONED, interval: float = 60.0) -> None:
+        super().__init__()
+        self.engine, self.after, self.interval = engine, after, interval
+
+    def run_once(self) -> Mapping[str, int]:
+        return {"submissions_ended": end_abandoned_submissions(self.engine, self.after)}
+
+
 def default_services(
     engine: Engine,
     specs: Mapping[str, LaneSpec],
@@ -150,9 +165,10 @@ def default_services(
     stray_grace: float = 300.0,
     stray_every: float = 60.0,
     forget_workers_after: float = FORGET_AFTER,
+    submit_abandoned_after: float = SUBMIT_ABANDONED,
 ) -> list[Service]:
     """The sweeper's services in pass order: revoke, settle, strays, republish, one dispatch per
-    lane, events, workers."""
+    lane, events, workers, abandoned submissions."""
     return [
         RevokeExpired(engine, specs),
         SettleOrphans(engine),
@@ -161,6 +177,7 @@ def default_services(
         *(DispatchLane(engine, spec, publisher) for spec in specs.values()),
         NumberEvents(engine),
         ForgetWorkers(engine, after=forget_workers_after),
+        EndAbandonedSubmissions(engine, after=submit_abandoned_after),
     ]
 
 

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from photojobs.api import Client, skipped_text
+from photojobs.cli_support import shown
 from photojobs.progress import failure_lines, lane_row
 from photojobs.runner.outcome import EXIT_FAILED_ITEMS, EXIT_OK
 from photos.analyze import near_duplicate_groups
@@ -63,7 +64,7 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
     for line in failure_lines(summary["job"], summary["failures"], where):
         console.print(line, highlight=False, soft_wrap=True, markup=False)
     for key, value in summary["destinations"].items():
-        console.print(f"{key}: {value}", highlight=False)
+        console.print(f"{key}: {shown(value)}", highlight=False, markup=False)
     if summary["skipped_files"]:  # nothing left out silently
         left_out = skipped_text(summary["skipped_files"])
         console.print(f"left out of the job: {left_out}", highlight=False)

@@ -28,7 +28,9 @@ from store.retention import parse_age
 from . import errors, lanes_routes, metrics, routes
 from .auth import LoopbackOnly, authenticate
 from .limits import BodyLimit, LoginLimiter
+from .safe_json import SafeJSONResponse
 from .sse import Sequencer
+from .text import RequestText
 
 STATIC = Path(__file__).parent / "static"
 TOKEN_ENV = "PHOTOJOBS_API_TOKEN"  # noqa: S105 - the name of an environment variable, not a secret
@@ -151,6 +153,7 @@ def create_app(
         ),
     )
     app = FastAPI(
+        default_response_class=SafeJSONResponse,
         docs_url=None,
         redoc_url=None,
         title="photojobs",
@@ -161,6 +164,7 @@ def create_app(
     )
     app.state.photojobs = cfg
     errors.install(app)
+    app.add_middleware(RequestText)  # inside the body limit: it reads a body BodyLimit has bounded
     app.add_middleware(
         BodyLimit, limit=max_body or int(env.get("PHOTOJOBS_API_MAX_BODY") or DEFAULT_MAX_BODY)
     )

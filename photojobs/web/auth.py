@@ -23,6 +23,7 @@ import json
 import secrets
 import time
 from collections.abc import Iterable
+from typing import Any
 from urllib.parse import urlsplit
 
 from starlette.requests import Request
@@ -92,7 +93,8 @@ def origin_allowed(origin: str | None, own: str, allowed: Iterable[str] = ()) ->
 
 
 def client_address(request: Request) -> str:
-    """The address failed logins are counted against (the peer: behind a proxy, the proxy)."""
+    """The address failed logins are counted against: the TCP peer (behind a proxy, the proxy),
+    or the client a proxy in ``PHOTOJOBS_TRUSTED_PROXIES`` names (``photojobs.web.server``)."""
     return request.client.host if request.client else "unknown"
 
 
@@ -109,14 +111,23 @@ def refuse_if_limited(request: Request) -> None:
         )
 
 
+def _has_session(request: Request, cfg: Any) -> bool:
+    """The request carries a valid, unrevoked session cookie."""
+    cookie = request.cookies.get(COOKIE)
+    return bool(session_valid(cookie, cfg.token) and check_session(cfg.client.engine, cookie or ""))
+
+
 def authenticate(request: Request) -> str:
     """FastAPI dependency: ``"bearer"``, ``"cookie"`` or ``"open"`` (no token configured), or an
     ``ApiError`` 401 (no/bad credentials), 403 (cookie without a matching Origin) or 429 (too many
-    wrong tokens from this address)."""
+    wrong tokens from this address). An ``Authorization`` header of another scheme than Bearer (a
+    proxy's Basic) is ignored: the session cookie beside it counts, and it is never a wrong token."""
     cfg = request.app.state.photojobs
     if cfg.token is None:
         return "open"
     header = request.headers.get("authorization")
+    if header is not None and not header.strip().lower().startswith("bearer"):
+        header = None  # another scheme (a proxy's Basic …) is not our credential, nor a guess at it
     if header is not None:
         refuse_if_limited(request)
         if token_matches(bearer_token(header), cfg.token):
@@ -125,8 +136,7 @@ def authenticate(request: Request) -> str:
         raise ApiError(
             401, "unauthorized", "the bearer token is wrong", headers={"WWW-Authenticate": "Bearer"}
         )
-    cookie = request.cookies.get(COOKIE)
-    if session_valid(cookie, cfg.token) and check_session(cfg.client.engine, cookie or ""):
+    if _has_session(request, cfg):
         if request.method not in SAFE_METHODS and not origin_allowed(
             request.headers.get("origin"), own_origin(request), cfg.allowed_origins
         ):

@@ -10,9 +10,10 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
+
+from .safe_json import SafeJSONResponse as JSONResponse
 
 log = logging.getLogger("photojobs.web")
 
@@ -94,6 +95,18 @@ def install(app: FastAPI) -> None:
                 error_body("invalid_request", "a value in the request is out of range for the store"), 400
             )
         return await _crash(request, exc)
+
+    from store.errors import SearchBusy, SearchTooCostly
+
+    @app.exception_handler(SearchTooCostly)
+    async def _costly(request: Request, exc: SearchTooCostly) -> JSONResponse:
+        return JSONResponse(error_body("search_too_costly", str(exc), {"seconds": exc.seconds}), 400)
+
+    @app.exception_handler(SearchBusy)
+    async def _busy(request: Request, exc: SearchBusy) -> JSONResponse:
+        return JSONResponse(
+            error_body("search_busy", str(exc), {"slots": exc.slots}), 429, headers={"Retry-After": "1"}
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

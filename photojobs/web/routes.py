@@ -30,9 +30,10 @@ from .auth import (
     token_matches,
 )
 from .errors import ApiError
+from .safe_json import TextSafeRoute
 
-public = APIRouter()
-api = APIRouter(prefix="/api", dependencies=[Depends(authenticate)])
+public = APIRouter(route_class=TextSafeRoute)
+api = APIRouter(prefix="/api", dependencies=[Depends(authenticate)], route_class=TextSafeRoute)
 
 BACKLOG_RETRY_AFTER = 30
 # Ids of jobs and items are 32-bit columns on PostgreSQL; event cursors are 64-bit.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, event, func, select
+from sqlalchemy import Engine, event, func, select, update
 from sqlalchemy.orm import Session
 
 from store import items as store_items
@@ -83,6 +83,8 @@ def test_a_crashed_submission_stays_submitting_is_not_dispatched_and_can_be_canc
         return land(*args)
 
     monkeypatch.setattr(store_submission, "_land_chunk", dies_on_second)
+    # (killed: none of its own clean-up runs, as under SIGKILL)
+    monkeypatch.setattr(store_submission, "end_submission", lambda *args: False)
     inputs = photos(tmp_path, 500)
     fp = store_jobs.job_fingerprint(["noop"], [p.path for p in inputs], {})
     with pytest.raises(KeyboardInterrupt):
@@ -168,3 +170,73 @@ def test_rerun_finds_the_completed_job_by_fingerprint(engine: Engine, tmp_path: 
     job = store_jobs.submit(engine, [NOOP], inputs, fingerprint=fp).job_id
     # When a rerun looks it up / Then it is found
     assert store_jobs.find_job_by_fingerprint(engine, fp) == job
+
+
+@pytest.mark.parametrize(
+    "failure", [UnicodeEncodeError("utf-8", "x", 0, 1, "surrogates"), KeyboardInterrupt()]
+)
+def test_a_submission_that_fails_ends_its_job_instead_of_leaving_it_submitting(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: BaseException
+) -> None:
+    # Given a submitter whose second chunk fails (a value the store cannot take; Ctrl-C)
+    monkeypatch.setattr(store_submission, "CHUNK_FIRST", 100)
+    monkeypatch.setattr(store_submission, "CHUNK_MAX", 100)
+    land = store_submission._land_chunk
+    calls = []
+
+    def fails_on_second(*args):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 2:
+            raise failure
+        return land(*args)
+
+    monkeypatch.setattr(store_submission, "_land_chunk", fails_on_second)
+    # When it submits 500 photos
+    with pytest.raises(type(failure)):
+        store_jobs.submit(engine, [NOOP], photos(tmp_path, 500))
+    # Then the job is not left submitting: it is cancelled with what landed, saying why
+    with Session(engine) as s:
+        job_id = s.execute(select(Job.id)).scalar_one()
+    status = store_jobs.job_status(engine, job_id)
+    assert status.state == "cancelled" and status.submission is None
+    assert status.lanes == {"noop": {"cancelled": 100}}
+    (done,) = [e.detail for e in read_events(engine, job_id=job_id) if e.type == "job_submitted"]
+    assert done["cancelled"] is True and type(failure).__name__ in done["why"]
+    assert analyse(engine, job_ids=[job_id], require_settled=False).violations == []
+
+
+def test_the_sweeper_ends_a_submission_whose_submitter_died(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from photojobs.maintenance.duties import EndAbandonedSubmissions
+
+    # Given a submitter killed after its first chunk (no clean-up), and a submission still landing
+    monkeypatch.setattr(store_submission, "CHUNK_FIRST", 100)
+    monkeypatch.setattr(store_submission, "CHUNK_MAX", 100)
+    land = store_submission._land_chunk
+    monkeypatch.setattr(store_submission, "end_submission", lambda *args: False)
+
+    def killed(*args):  # type: ignore[no-untyped-def]
+        if args[6]:  # start: its second chunk
+            raise KeyboardInterrupt("killed")
+        return land(*args)
+
+    monkeypatch.setattr(store_submission, "_land_chunk", killed)
+    with pytest.raises(KeyboardInterrupt):
+        store_jobs.submit(engine, [NOOP], photos(tmp_path, 300, "dead"))
+    with pytest.raises(KeyboardInterrupt):
+        store_jobs.submit(engine, [NOOP], photos(tmp_path, 300, "live"))
+    monkeypatch.undo()
+    with Session(engine) as s:
+        dead, live = s.execute(select(Job.id).order_by(Job.id)).scalars().all()
+        # (the dead one's last chunk landed 11 minutes ago)
+        s.execute(update(Job).where(Job.id == dead).values(submit_touched_at=Job.submit_touched_at - 660))
+        s.commit()
+    # When the sweeper's duty runs (default: a submission idle for 10 minutes lost its submitter)
+    ended = EndAbandonedSubmissions(engine).run_once()
+    # Then the dead submission is ended (cancelled, saying why); the recent one is left alone
+    assert ended == {"submissions_ended": 1}
+    assert store_jobs.job_status(engine, dead).state == "cancelled"
+    assert store_jobs.job_status(engine, live).state == "submitting"
+    (done,) = [e.detail for e in read_events(engine, job_id=dead) if e.type == "job_submitted"]
+    assert "submitter stopped" in done["why"]

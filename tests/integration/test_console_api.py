@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, text, update
+from sqlalchemy import Engine, or_, text, update
 from sqlalchemy.orm import Session
 
 from photojobs.api import Client
@@ -226,3 +226,42 @@ def test_unknown_job_is_404(http: TestClient) -> None:
         ("POST", f"/api/jobs/{2**31 + 5}/discard"),
     ):
         assert http.request(method, url).status_code == 404, url
+
+
+def test_a_search_is_bounded_in_time_and_in_number(
+    http: TestClient, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a job over the folder "needle" and a 0.5 s bound on a search
+    job = _submit(http, ["needle"])
+    http.app.state.photojobs.client.settings.env["PHOTOJOBS_SEARCH_TIMEOUT"] = "0.5"
+    # Then a photo-path search needs three characters, and finds the job with them
+    assert [j["job"] for j in http.get("/api/jobs", params={"q": "nee"}).json()["jobs"]] == [job]
+    assert http.get("/api/jobs", params={"q": "ne"}).json()["jobs"] == []
+    # When a search's statement runs past the bound (a condition that takes seconds)
+    slow = (
+        text("pg_sleep(5) IS NOT NULL")
+        if engine.dialect.name == "postgresql"
+        else text(
+            "(WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 200000000) "
+            "SELECT count(*) FROM c) > 0"
+        )
+    )
+    hint = console.search_hint
+    monkeypatch.setattr(console, "search_hint", lambda query: or_(hint(query), slow))
+    stopped = http.get("/api/jobs", params={"q": "zzz-nothing"})
+    # Then it is stopped: 400 search_too_costly, and the store's connections are clean afterwards
+    assert stopped.status_code == 400 and stopped.json()["error"] == "search_too_costly", stopped.text
+    monkeypatch.setattr(console, "search_hint", hint)
+    assert [j["job"] for j in http.get("/api/jobs", params={"q": "needle"}).json()["jobs"]] == [job]
+    # When every search slot of the process is taken
+    for _ in range(console.SEARCH_SLOTS):
+        assert console._search_slots.acquire(timeout=5)
+    try:
+        busy = http.get("/api/jobs", params={"q": "needle"})
+        plain = http.get("/api/jobs")
+    finally:
+        for _ in range(console.SEARCH_SLOTS):
+            console._search_slots.release()
+    # Then another search waits its bound and gets 429 with Retry-After; the plain list answers
+    assert busy.status_code == 429 and busy.json()["error"] == "search_busy" and busy.headers["Retry-After"]
+    assert plain.status_code == 200 and [j["job"] for j in plain.json()["jobs"]] == [job]

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from photojobs.config import Settings
 from photojobs.maintenance import (
     DispatchLane,
+    EndAbandonedSubmissions,
     ForgetWorkers,
     Maintenance,
     NumberEvents,
@@ -206,7 +207,7 @@ def test_one_failing_service_does_not_stop_the_others(engine: Engine, tmp_path: 
     assert report.sequenced > 0 and _unnumbered_events(engine) == 0
     assert report.workers_forgotten == 1
     assert all(svc.runs == 1 for svc in loop.services)
-    assert [s.failures for s in loop.services if s.name not in ("boom", "dispatch noop")] == [0] * 6
+    assert [s.failures for s in loop.services if s.name not in ("boom", "dispatch noop")] == [0] * 7
     assert _states(engine, job) == ["queued", "queued"]  # marked; the republish service resends them
 
 
@@ -246,19 +247,23 @@ def test_a_running_sweeper_runs_its_services_with_its_settings(env: dict[str, st
             "PHOTOJOBS_SWEEP_INTERVAL": "0.2",
             "PHOTOJOBS_REPUBLISH_AFTER": "7",
             "PHOTOJOBS_FORGET_WORKERS_AFTER": "99",
+            "PHOTOJOBS_SUBMIT_ABANDONED": "77",
         }
     )
     sweeper = Sweeper(settings)
     loop = sweeper.maintenance
-    # Then its services are the seven duties in pass order, one dispatch per lane
+    # Then its services are the eight duties in pass order, one dispatch per lane
     lanes = [f"dispatch {name}" for name in sweeper.specs]
-    expected = ["revoke", "settle", "strays", "republish", *lanes, "events", "workers"]
+    expected = ["revoke", "settle", "strays", "republish", *lanes, "events", "workers", "submissions"]
     assert [s.name for s in loop.services] == expected
     # And each carries its setting (the stray sweep its one-minute interval)
     republish, workers, strays = loop.service("republish"), loop.service("workers"), loop.service("strays")
     assert isinstance(republish, Republish) and republish.after == 7.0
     assert isinstance(workers, ForgetWorkers) and workers.after == 99.0
     assert isinstance(strays, RemoveStrayStaged) and (strays.interval, strays.grace) == (60.0, 300.0)
+    submissions = loop.service("submissions")
+    assert isinstance(submissions, EndAbandonedSubmissions)
+    assert (submissions.after, submissions.interval) == (77.0, 60.0)
     # When it runs
     sweeper.start()
     try:

@@ -54,7 +54,9 @@ def test_a_store_from_revision_0001_upgrades_and_fills_file_time(engine: Engine,
     # Then it is at the head revision, the schema matches the models, the old photo has no file time
     assert current_revision(engine) == head_revision()
     with engine.connect() as conn:
-        assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    # (but for PostgreSQL's optional trigram index, which the models leave out: revision 0012)
+    assert [d for d in diff if not (d[0] == "remove_index" and d[1].name == "ix_photos_path_trgm")] == []
     assert _file_times(engine) == {path: None}
     # and its next submission records one (and a missing time stays unknown)
     other = str(tmp_path / "unknown.jpg")
