@@ -61,7 +61,7 @@ def history(photo: str, as_json: bool) -> None:
 @click.command()
 @click.argument("job", type=int)
 @click.option("--lane", help="Undo only this lane's effects.")
-@click.option("--uploads", is_flag=True, help="Also remove the copies the job uploaded (never the originals).")
+@click.option("--uploads", is_flag=True, help="Also remove the copies the job uploaded (never an original).")
 @click.option("--json", "as_json", is_flag=True, help='Print {"job": UNDO_JOB_ID, "items": N}.')
 def undo(job: int, lane: str | None, uploads: bool, as_json: bool) -> None:
     """Put back what JOB did to its photos: a job of its own, in the reverse order of JOB's lanes.

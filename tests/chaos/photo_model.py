@@ -51,6 +51,7 @@ from sqlalchemy.orm import Session
 
 from photos.exif import parse_shift
 from photos.fileops import is_staged_name, sha256_file
+from photos.history import FOLDER as HISTORY  # kept originals (issue 31), not photos
 from photos.raw import is_raw
 from photos.sidecar import companions, is_sidecar
 from store.events import EventRecord
@@ -186,7 +187,8 @@ class IntentFact:
 def _walk(folder: Path) -> list[Path]:
     if not folder.exists():
         return []
-    return sorted(Path(d) / f for d, _, files in os.walk(folder) for f in files)
+    walk = ((d, files) for d, _, files in os.walk(folder) if HISTORY not in Path(d).parts)
+    return sorted(Path(d) / f for d, files in walk for f in files)
 
 
 def check_files(
