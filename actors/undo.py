@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from middleware import failpoints
 from middleware.context import ItemContext
 from photos import fileops, history
 from photos.containment import resolve_inside
@@ -134,6 +135,7 @@ def _reverse(ctx: ItemContext, effects: FileEffects, unit: list[Effect]) -> list
     try:
         for r in unit:
             plans.append(_plan(ctx, effects, r))
+        failpoints.hit(f"{effects.lane}.after_stage")  # staged, nothing recorded yet
         ctx.check()  # last safe point: nothing recorded yet
     except BaseException:
         for p in plans:

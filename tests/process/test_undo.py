@@ -19,6 +19,7 @@ from photojobs.testing.samples import generate_samples
 from photos.exiftool import ExifTool
 from photos.fileops import sha256_file
 from photos.history import FOLDER as HISTORY
+from store.history import effects_of
 from store.status import job_status
 from tests.raw_support import make_raw, make_xmp_sidecar, preview_jpeg
 from tests.support import Fleet, item_states, items_of, job_done, photojobs, wait_for
@@ -151,4 +152,49 @@ def test_a_raw_and_its_sidecar_archived_then_undone_come_back_together(
         (undo["job"], "move", False, None),
         (undo["job"], "move", True, None),
     ]
+    client.engine.dispose()
+
+
+BOUNDARIES = ["after_stage", "after_record", "after_apply", "after_mark"]
+
+
+def test_an_undo_effect_killed_at_each_step_boundary_lands_exactly_once(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    client = Client(Settings.from_env(env))
+    fleet.start_sweeper()
+    combos = [(lane, b) for b in BOUNDARIES for lane in ("rename", "exif")]
+    # Given, for each step boundary of an undo effect of each lane, two photos shifted and renamed
+    helper = fleet.start_worker(["exif", "rename"], threads=2)
+    rounds = []
+    for n, combo in enumerate(combos):
+        folder = tmp_path / f"photos{n}"
+        generate_samples(folder, 2, seed=n, size=(96, 64))
+        rounds.append(
+            (combo, folder, tree(folder), client.submit(["exif", "rename"], [folder], PARAMS).job_id)
+        )
+    assert {wait_job(engine, job) for *_, job in rounds} == {"succeeded"}
+    fleet.kill(helper)
+    # When each job is undone while a worker dies (SIGKILL) at that boundary (of whichever undo it
+    # runs), one worker after another
+    undos = []
+    for (lane, boundary), *_, job in rounds:
+        undos.append(client.undo(job)["job"])
+        doomed = fleet.start_worker(
+            ["exif", "rename"], threads=1, env={"PHOTOJOBS_FAILPOINTS": f"undo.{lane}.{boundary}"}
+        )
+        wait_for(
+            lambda p=doomed: p.poll() is not None, 120, what=f"a worker to die at undo.{lane}.{boundary}"
+        )
+    # and then a healthy worker takes over
+    fleet.start_worker(["exif", "rename"], threads=2)
+    # Then every photo is back byte for byte, and each effect was undone exactly once
+    for ((lane, boundary), folder, originals, job), undo in zip(rounds, undos, strict=True):
+        assert wait_job(engine, undo) == "succeeded", [i.error for i in items_of(engine, undo)]
+        assert tree(folder) == originals, f"undo.{lane}.{boundary}"
+        assert temp_files(folder) == []
+        undone = sorted((e.undone_by, e.lane) for e in effects_of(engine, job))
+        assert undone == [(undo, "exif")] * 2 + [(undo, "rename")] * 2, f"undo.{lane}.{boundary}"
+        assert len(effects_of(engine, undo)) == 4, f"undo.{lane}.{boundary}: one reversal per effect"
+    store_paths_match_disk(engine)
     client.engine.dispose()
