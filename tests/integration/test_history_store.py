@@ -179,3 +179,29 @@ def test_the_history_api_finds_a_photo_by_path_and_submits_an_undo(
     bad_lane = http.post(f"/api/jobs/{job}/undo", json={"lane": "archive"})
     assert bad_lane.status_code == 400 and "has no lane 'archive'" in bad_lane.text
     assert http.post(f"/api/jobs/{job}/undo", json={"lanes": "x"}).status_code in (400, 422)
+
+
+def test_prune_removes_kept_originals_past_the_retention_and_history_says_so(
+    engine: Engine, redis_url: str, tmp_path: Path
+) -> None:
+    from photos import history as kept_files
+    from photos.fileops import sha256_file
+
+    # Given an edit whose displaced original is kept in the root's history store
+    (photo,) = make_files(tmp_path / "photos", 1)
+    sha = sha256_file(photo)
+    kept = kept_files.keep(photo, sha, kept_files.store_for(tmp_path / "photos"))
+    job, items = _job(engine, ["exif"], [photo])
+    _applied(engine, items[("exif", photo.name)], "replace", str(photo), str(photo), sha, B,
+             detail={"kept": str(kept)})  # fmt: skip
+    env = {"PHOTOJOBS_DATABASE_URL": str(engine.url), "PHOTOJOBS_REDIS_URL": redis_url}
+    client = Client(Settings.from_env(env), engine, migrate=False)
+    # When prune runs within the retention, nothing goes; past it (here: none), the original goes
+    assert client.prune_history("30d") == 0 and kept is not None and kept.exists()
+    assert client.prune_history(0.0) == 1
+    # Then the file is gone, the photo untouched, and the history still names the edit, not kept
+    assert not kept.exists() and photo.exists()
+    (entry,) = client.photo_history(str(photo))["history"]
+    assert entry["job"] == job and entry["original_kept"] is False
+    with pytest.raises(ValueError):
+        client.prune_history("soon")
