@@ -85,6 +85,7 @@ def _refuse_if_changed(ctx: ItemContext, job: int, todo: list[Effect]) -> None:
         e
         for e in log.later_effects(ctx.engine, photo, max(r.id for r in todo))
         if e.id not in {r.id for r in todo}
+        and e.lane != "upload"  # a copy made (or removed) elsewhere: the photo is unchanged
         and e.job_id != ctx.lease.job_id  # this undo's own earlier lanes
         and e.undoes not in mine  # an earlier undo of another lane of the same job
     ]

@@ -69,6 +69,11 @@ HOT = 12  # photos most jobs of a wave share
 WAVE_TIMEOUT = 180.0  # a wave whose movers have not settled by then is reported and cancelled
 MAX_LINGERING = 4  # jobs that move no photo and may still run when the next wave comes
 EFFECT_LANES = ("exif", "rename", "archive", "upload")
+# Undo jobs (``photojobs undo``, issue 31): from the second wave on, a wave undoes a settled job of an
+# earlier wave (a shift, a rename, an archive, or an undo: a redo) with this chance, racing the
+# wave's own jobs on the same photos (an undo refuses a photo a later job changed: "changed since").
+UNDO_RATE = 1.0
+UNDOABLE_KINDS = ("shift", "rename", "analysis_rename", "archive", "undo")
 BOUNDARIES = ("after_stage", "after_record", "after_apply", "after_mark")
 # What the zombie maker arms: a frozen exif or rename (a zombie with an effect in flight).
 ZOMBIE_ARMED = ",".join(
@@ -113,6 +118,8 @@ MINIMUM_PER_MINUTE = {
     # machine, 2 under the parallel suite's load (a retried or revoked item rides alone, and a
     # dispatch spreads a small job over the fleet's threads): the run must see batch claims at all
     "batched_claims": 1,
+    # undo jobs racing a wave's jobs (one per wave from the second: a short run has 2-3 waves)
+    "undo": 0.5,
 }
 LONG_RUN_ITEMS = 1000  # a run of 5 minutes or more handles at least this many items
 
@@ -423,6 +430,42 @@ class PhotoChaosRun(ChaosRun):
                 self.schedule.append((at + rng.uniform(0.5, 4.0), "resume", job.id))
             elif rng.random() < 0.12:
                 self.schedule.append((time.monotonic() - self.t0 + rng.uniform(0.5, 6.0), "cancel", job.id))
+        if self.wave >= 2 and rng.random() < UNDO_RATE:
+            self.submit_undo()
+
+    def submit_undo(self) -> PhotoJob | None:
+        """Undo a settled job of an earlier wave. Submitted last in its wave: it names its photos by
+        the store's rows (``store.history.plan_undo``), whatever the wave's mover has moved already."""
+        pool = [
+            j
+            for j in self.jobs
+            if isinstance(j, PhotoJob)
+            and j.kind in UNDOABLE_KINDS
+            and j.wave < self.wave
+            and j.id in self.done
+        ]
+        self.rng.shuffle(pool)
+        for undone in pool:  # the first with something left to undo
+            out = self.client.undo(undone.id)
+            if out["job"] is not None:
+                break
+            self.note(f"wave {self.wave}: undo of job {undone.id} ({undone.kind}): {out['note']}")
+        else:
+            return None
+        st = self.client.status(out["job"])
+        with Session(self.engine) as s:
+            ids = sorted(set(s.execute(select(Item.photo_id).where(Item.job_id == out["job"])).scalars()))
+        job = PhotoJob(
+            out["job"], PLAIN, 0.0, [], kind="undo", lanes=list(st.lane_order), params=dict(st.params),
+            photo_ids=ids, wave=self.wave,
+        )  # fmt: skip
+        self.jobs.append(job)
+        self.actions["undo"] += 1
+        self.note(
+            f"wave {self.wave}: submit job {job.id} undo of job {undone.id} ({undone.kind}) {job.lanes} "
+            f"over {len(ids)} photos"
+        )
+        return job
 
     def wave_jobs(self) -> list[PhotoJob]:
         return [j for j in self.jobs if isinstance(j, PhotoJob) and j.wave == self.wave]
