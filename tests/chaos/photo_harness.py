@@ -69,9 +69,10 @@ HOT = 12  # photos most jobs of a wave share
 WAVE_TIMEOUT = 180.0  # a wave whose movers have not settled by then is reported and cancelled
 MAX_LINGERING = 4  # jobs that move no photo and may still run when the next wave comes
 EFFECT_LANES = ("exif", "rename", "archive", "upload")
-# Undo jobs (``photojobs undo``, issue 31): from the second wave on, a wave undoes a settled job of an
-# earlier wave (a shift, a rename, an archive, or an undo: a redo) with this chance, racing the
-# wave's own jobs on the same photos (an undo refuses a photo a later job changed: "changed since").
+# Undo jobs (``photojobs undo``, issue 31): once at a random moment of the run, and from the second
+# wave on once a wave (with this chance), a settled job (a shift, a rename, an archive, or an undo: a
+# redo) is undone, racing the running jobs on the same photos (an undo refuses a photo a later job
+# changed: "changed since").
 UNDO_RATE = 1.0
 UNDOABLE_KINDS = ("shift", "rename", "analysis_rename", "archive", "undo")
 BOUNDARIES = ("after_stage", "after_record", "after_apply", "after_mark")
@@ -430,18 +431,26 @@ class PhotoChaosRun(ChaosRun):
                 self.schedule.append((at + rng.uniform(0.5, 4.0), "resume", job.id))
             elif rng.random() < 0.12:
                 self.schedule.append((time.monotonic() - self.t0 + rng.uniform(0.5, 6.0), "cancel", job.id))
-        if self.wave >= 2 and rng.random() < UNDO_RATE:
-            self.submit_undo()
+        self.undo_due = self.wave >= 2 and rng.random() < UNDO_RATE
+
+    def maybe_undo(self) -> None:
+        """The wave's undo, once a settled earlier job has something left to undo (a job that
+        changed nothing, or one still running, is passed over; tried again at the next tick)."""
+        if getattr(self, "undo_due", False) and self.submit_undo() is not None:
+            self.undo_due = False
+
+    def act_undo(self) -> bool:
+        """The run's forced undo (any wave, once a settled job has something left to undo)."""
+        return self.submit_undo() is not None
 
     def submit_undo(self) -> PhotoJob | None:
-        """Undo a settled job of an earlier wave. Submitted last in its wave: it names its photos by
-        the store's rows (``store.history.plan_undo``), whatever the wave's mover has moved already."""
+        """Undo a settled job. Safe at any moment of a wave: it names its photos by the store's rows
+        (``store.history.plan_undo``), whatever a mover moved already; it races the jobs running."""
         pool = [
             j
             for j in self.jobs
             if isinstance(j, PhotoJob)
             and j.kind in UNDOABLE_KINDS
-            and j.wave < self.wave
             and j.id in self.done
         ]
         self.rng.shuffle(pool)
@@ -686,7 +695,7 @@ class PhotoChaosRun(ChaosRun):
         self.start_sweeper()
         for _ in range(WORKERS):
             self.start_worker()
-        for fault in ("kill_holder", "freeze_holder_long", "flushall", "sweeper", "pause", "cancel"):
+        for fault in ("kill_holder", "freeze_holder_long", "flushall", "sweeper", "pause", "cancel", "undo"):
             self.forced.append((self.rng.uniform(0.1, 0.8) * self.seconds, fault))
         self.note(f"started {WORKERS} workers x {THREADS} threads (lanes {LANES}), 1 sweeper")
         threading.Thread(target=self._freeze_watcher, name="freeze-watcher", daemon=True).start()
@@ -703,6 +712,7 @@ class PhotoChaosRun(ChaosRun):
                 if getattr(self, "act_" + fault)() is not False:
                     self.forced.remove((due, fault))
             self.run_due()
+            self.maybe_undo()
             getattr(self, "act_" + self.rng.choices(names, weights)[0])()
             if self.wave_settled():
                 self.new_wave()
