@@ -86,7 +86,8 @@ def tag_changes(before: str | os.PathLike[str] | None, after: str | os.PathLike[
     from . import exiftool
 
     files = [os.path.abspath(f) for f in (before, after) if f is not None]
-    out = exiftool.ExifTool.shared().execute("-j", "-G", "-a", *files, retry_if_died=True)
+    # -fast: metadata up to the image data (not a trailer after it); what an edit changes is there
+    out = exiftool.ExifTool.shared().execute("-j", "-G", "-a", "-fast", *files, retry_if_died=True)
     try:
         found = json.loads(out)
         a, b = ({}, found[0]) if before is None else (found[0], found[1])
