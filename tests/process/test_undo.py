@@ -152,6 +152,21 @@ def test_a_raw_and_its_sidecar_archived_then_undone_come_back_together(
         (undo["job"], "move", False, None),
         (undo["job"], "move", True, None),
     ]
+    # and the command says the same in words, and refuses what it cannot undo with a clear error
+    text = photojobs(env, "history", str(raw))
+    assert (
+        text.returncode == 0 and f"undone by job {undo['job']}" in text.stdout and "(sidecar)" in text.stdout
+    )
+    unknown = photojobs(env, "undo", "999999")
+    assert unknown.returncode == 1 and "999999" in unknown.stderr
+    bad_lane = photojobs(env, "undo", str(job), "--lane", "exif")
+    assert bad_lane.returncode == 64 and "has no lane 'exif'" in bad_lane.stderr
+    again = photojobs(env, "undo", str(job))
+    assert (
+        again.returncode == 0
+        and "nothing to undo" in again.stdout
+        and f"by job {undo['job']}" in again.stdout
+    )
     client.engine.dispose()
 
 
