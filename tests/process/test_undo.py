@@ -121,7 +121,7 @@ def test_undo_of_a_shift_and_rename_puts_23_photos_back_and_refuses_the_one_edit
     client.engine.dispose()
 
 
-def test_a_raw_and_its_sidecar_archived_then_undone_come_back_together(
+def test_a_raw_and_its_sidecar_archived_or_uploaded_then_undone_come_back_together(
     engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
 ) -> None:
     # Given a raw with its XMP sidecar, archived
@@ -132,7 +132,7 @@ def test_a_raw_and_its_sidecar_archived_then_undone_come_back_together(
     before = tree(folder)
     client = Client(Settings.from_env(env))
     fleet.start_sweeper()
-    fleet.start_worker(["archive"], threads=2)
+    fleet.start_worker(["archive", "upload"], threads=2)
     job = client.submit(["archive"], [folder], {}).job_id
     assert wait_job(engine, job) == "succeeded"
     archive = Path(f"{folder}-archive")
@@ -152,6 +152,21 @@ def test_a_raw_and_its_sidecar_archived_then_undone_come_back_together(
         (undo["job"], "move", False, None),
         (undo["job"], "move", True, None),
     ]
+    # When the raw and its sidecar are uploaded to a local folder, then undone with and without --uploads
+    uploads = tmp_path / "uploads"
+    sent = client.submit(["upload"], [folder], {"upload.target": str(uploads)}).job_id
+    assert wait_job(engine, sent) == "succeeded"
+    copies = tree(uploads)
+    assert len(copies) == 2
+    kept = client.undo(sent)
+    # Then without --uploads the copies stay (nothing to undo), with it they leave the folder (kept in
+    # the history store until retention) and the originals are untouched
+    assert kept["job"] is None and "--uploads" in kept["note"] and tree(uploads) == copies
+    removed = client.undo(sent, uploads=True)
+    assert wait_job(engine, removed["job"]) == "succeeded"
+    assert tree(uploads) == {} and tree(folder) == before
+    away = sorted(p.name for p in (folder / HISTORY).rglob("*") if p.is_file())
+    assert [n.split(".removed-")[0] for n in away if ".removed-" in n] == sorted(copies.values())
     # and the command says the same in words, and refuses what it cannot undo with a clear error
     text = photojobs(env, "history", str(raw))
     assert (
