@@ -15,6 +15,7 @@ from photos import history as kept_files
 from store import history as store_history
 from store import jobs as store_jobs
 from store.errors import StoreError
+from store.intents import stray_roots
 from store.retention import parse_age
 
 if TYPE_CHECKING:
@@ -73,10 +74,18 @@ def prune_history(client: Client, keep: float | str | None = None) -> int:
     """Remove the kept originals whose every effect is older than the retention; the effect rows
     stay (history), marked as no longer kept (their undo then says so). Returns files removed."""
     seconds = keep_seconds(client, keep)
+    stores = {Path(p).parent.parent for p in store_history.kept_paths(client.engine)}
+    stores |= {kept_files.store_for(r) for r in stray_roots(client.engine)}
     removed = 0
     while True:
         batch = store_history.expired_kept(client.engine, seconds)
         if not batch:
-            return removed
+            break
         removed += len(kept_files.prune([p for _, p in batch], keep_paths=set()))
         store_history.forget_kept(client.engine, [i for ids, _ in batch for i in ids])
+    # Kept for an edit that never landed (discarded, or its worker died before recording it): named
+    # by no effect and no live intent, older than the retention.
+    named = store_history.kept_paths(client.engine)
+    for store in sorted(stores):
+        removed += len(kept_files.sweep_unreferenced(store, named, seconds))
+    return removed

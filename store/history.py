@@ -271,8 +271,13 @@ def expired_kept(engine: Engine, older_than: float, limit: int = 1000) -> list[t
 
 
 def kept_paths(engine: Engine) -> set[str]:
+    """Every kept file something still names: an effect, or an intent not yet settled."""
     with Session(reader(engine)) as s:
-        return set(s.execute(select(PhotoEffect.kept).where(PhotoEffect.kept.is_not(None))).scalars())
+        found = set(s.execute(select(PhotoEffect.kept).where(PhotoEffect.kept.is_not(None))).scalars())
+        for detail in s.execute(select(Intent.detail).where(Intent.state == "recorded")).scalars():
+            if isinstance(detail, dict) and isinstance(detail.get("kept"), str):
+                found.add(detail["kept"])
+    return found
 
 
 def forget_kept(engine: Engine, ids: Iterable[int]) -> None:

@@ -196,11 +196,16 @@ def test_prune_removes_kept_originals_past_the_retention_and_history_says_so(
              detail={"kept": str(kept)})  # fmt: skip
     env = {"PHOTOJOBS_DATABASE_URL": str(engine.url), "PHOTOJOBS_REDIS_URL": redis_url}
     client = Client(Settings.from_env(env), engine, migrate=False)
-    # When prune runs within the retention, nothing goes; past it (here: none), the original goes
+    # and one kept for an edit that never landed (no effect, no live intent names it)
+    other = tmp_path / "photos" / "other.jpg"
+    other.write_bytes(b"another photo")
+    stray = kept_files.keep(other, sha256_file(other), kept_files.store_for(tmp_path / "photos"))
+    # When prune runs within the retention, nothing goes; past it (here: none), both go
     assert client.prune_history("30d") == 0 and kept is not None and kept.exists()
-    assert client.prune_history(0.0) == 1
-    # Then the file is gone, the photo untouched, and the history still names the edit, not kept
-    assert not kept.exists() and photo.exists()
+    assert client.prune_history(0.0) == 2
+    # Then the files are gone, the photos untouched, and the history still names the edit, not kept
+    assert not kept.exists() and stray is not None and not stray.exists()
+    assert photo.exists() and other.exists()
     (entry,) = client.photo_history(str(photo))["history"]
     assert entry["job"] == job and entry["original_kept"] is False
     with pytest.raises(ValueError):
