@@ -23,10 +23,12 @@ from typing import Any
 
 from middleware import failpoints
 from middleware.context import ItemContext
-from photos import fileops, recovery
+from photos import fileops, history, recovery
 from photos.errors import PhotoError
 from store import intents as store_intents
 from store.intents import IntentRow, TargetTaken
+
+from .common import readable_roots
 
 log = logging.getLogger("photojobs.effects")
 
@@ -144,7 +146,13 @@ class FileEffects:
 
     def record_unit(self, effects: list[dict[str, Any]]) -> list[int]:
         """Record several intents in ONE fenced transaction (a raw and its sidecars: all recorded or
-        none); each dict holds :meth:`record`'s arguments. ``TargetTaken`` records none."""
+        none); each dict holds :meth:`record`'s arguments. ``TargetTaken`` records none.
+
+        A ``replace`` first keeps the file it will displace in the history store (``photos.history``:
+        a hard link to the inode the replace takes off the name) and, like a metadata edit's new
+        file, notes the tags it changes: the effect log's row (``store.history``) takes both."""
+        for e in effects:
+            e["detail"] = {**self._history_detail(e), **(e.get("detail") or {})}
         with self.ctx.fenced("record intent") as s:
             ids = [
                 store_intents.record(
@@ -158,11 +166,35 @@ class FileEffects:
                     base_sha256=e.get("base_sha256"),
                     worker=self.ctx.worker,
                     companion=bool(e.get("companion")),
+                    detail=e["detail"] or None,
                 )
                 for e in effects
             ]
         failpoints.hit(f"{self.lane}.after_record")
         return ids
+
+    def _history_detail(self, e: dict[str, Any]) -> dict[str, Any]:
+        """The displaced original kept and the tags changed, for a replace (and a new sidecar)."""
+        kind, staged, target = e["kind"], Path(e["staged"]), Path(e["target"])
+        detail: dict[str, Any] = {}
+        if kind == "replace" and e.get("base_sha256"):
+            try:
+                kept = history.keep(target, e["base_sha256"], history.store_for(self._root_of(target)))
+            except OSError as exc:  # the edit goes on; its undo will say the original was not kept
+                log.warning("could not keep the original of %s: %s", target, exc)
+                kept = None
+            detail["kept"] = str(kept) if kept else None
+        if kind == "replace" or (kind == "publish" and self.lane == "exif"):
+            changes = history.tag_changes_or_none(target if kind == "replace" else None, staged)
+            if changes is not None:
+                detail["changes"] = changes
+        return detail
+
+    def _root_of(self, path: Path) -> Path:
+        """The deepest root of the job's (photo or archive) that holds ``path``: its history store
+        is on the photo's filesystem and inside what the operator configured."""
+        roots = sorted(readable_roots(self.ctx), key=lambda p: len(p.parts), reverse=True)
+        return next((r for r in roots if r in path.parents), path.parent)
 
     def apply_and_mark(
         self,

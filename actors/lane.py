@@ -16,6 +16,8 @@ from middleware.interactive import interactive_waits, run_waiting_interactive
 from photos.errors import PhotoError
 from store.lanes import INTERACTIVE_PRIORITY, NORMAL_PRIORITY, lane_spec
 
+from .undo import undoable
+
 THROWS = (PhotoError, Stopped)
 log = logging.getLogger("photojobs.lane")
 
@@ -73,6 +75,7 @@ def lane_actor(name: str) -> Callable[[Callable[[ItemContext], Any]], dramatiq.A
     spec = lane_spec(name)
 
     def declare(fn: Callable[[ItemContext], Any]) -> dramatiq.Actor:
+        fn = undoable(fn)  # an item of an undo job reverses the lane's effects instead (actors.undo)
         def work_in_batch(ctx: ItemContext) -> Any:
             keep = lambda: interactive_waits(ctx.spec.interactive_queue)  # noqa: E731 - the slot's lane only
             return in_a_cpu_slot(ctx, fn, alone=False, keep_if=keep)

@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 
 from photojobs.config import Settings
 from photojobs.doorbell import ring_sweepers
+from photojobs.history import photo_history, prune_history, submit_undo
 from photojobs.roots import (
     OUTPUT_ROOTS_ENV,
     ROOTS_ENV,
@@ -485,6 +486,20 @@ class Client:
         """Delete finished jobs and events older than ``older_than`` (seconds, or ``"30d"``)."""
         seconds = store_retention.parse_age(older_than) if isinstance(older_than, str) else older_than
         return store_retention.prune(self.engine, seconds)
+
+    # -- history and undo (issue 31; store.history, actors.undo) ------------------------------------
+    def photo_history(self, photo: int | str) -> dict[str, Any]:
+        """``{"photo", "path", "history": [...]}`` of a photo id or path (``UnknownPhoto``)."""
+        return photo_history(self.engine, photo)
+
+    def undo(self, job_id: int, *, lane: str | None = None, uploads: bool = False) -> dict[str, Any]:
+        """Submit the undo of ``job_id``: ``{"job": UNDO_JOB_ID, "items": N}``, or ``{"job": None,
+        "items": 0, "note": why}`` when nothing of it is in effect (``UnknownJob``, ``ValueError``)."""
+        return submit_undo(self, job_id, lane=lane, uploads=uploads)
+
+    def prune_history(self, keep: float | str | None = None) -> int:
+        """Remove displaced originals kept longer than ``keep`` (``PHOTOJOBS_HISTORY_KEEP``, 30d)."""
+        return prune_history(self, keep)
 
     def destinations(self, status: store_jobs.JobStatus) -> dict[str, str]:
         """Where the job's files go (upload target, archive root), from its parameters."""

@@ -462,7 +462,10 @@ def lane_list(as_json: bool) -> None:
         echo(f"{entry['lane']:9} {state}")
 
 
+from photojobs.cli_history import register as _register_history  # noqa: E402
 from photojobs.cli_web import register as _register_web  # noqa: E402 - after the commands above
+
+_register_history(cli)
 
 _register_web(cli)
 

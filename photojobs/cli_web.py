@@ -194,11 +194,18 @@ def prune(older_than: str, as_json: bool) -> None:
         seconds = parse_age(older_than)
     except ValueError as exc:
         _fail(str(exc), EX_USAGE)
-    done = _client().prune(seconds)
+    client = _client()
+    done = client.prune(seconds)
+    try:  # displaced originals kept for undo: PHOTOJOBS_HISTORY_KEEP (default 30d), not --older-than
+        originals = client.prune_history()
+    except ValueError as exc:
+        _fail(f"PHOTOJOBS_HISTORY_KEEP: {exc}", EX_USAGE)
     if as_json:
-        echo(json.dumps(done.as_dict()))
+        echo(json.dumps(done.as_dict() | {"originals": originals}))
     else:
         echo(f"pruned {done.jobs} job(s), {done.items} item(s), {done.events} event(s)")
+        if originals:
+            echo(f"removed {originals} kept original(s) older than PHOTOJOBS_HISTORY_KEEP")
 
 
 def is_loopback(host: str) -> bool:

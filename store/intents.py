@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 
 from photos import fileops, recovery
 
+from . import history
 from .clock import db_now
 from .engine import reader
 from .events import emit_for
@@ -119,12 +120,14 @@ def record(
     worker: str | None,
     base_sha256: str | None = None,
     companion: bool = False,
+    detail: dict[str, Any] | None = None,
 ) -> int:
     """Record an intent in the caller's fenced session; ``TargetTaken`` if another live intent
     already names the target (the unique index on live targets decides). ``sha256`` is the
     content the effect produces, ``base_sha256`` the content the target has now (None: new name).
     A ``companion`` intent moves or writes a file that travels with the photo (a raw's XMP
-    sidecar): it names no photo, so settling it never moves the photo's row."""
+    sidecar): it names no photo, so settling it never moves the photo's row. ``detail`` is what the
+    effect log needs once it is applied (``store.history``)."""
     lock_item(s, lease.item_id)
     photo_id = None if companion else lease.photo_id
     try:
@@ -143,6 +146,7 @@ def record(
                     result_sha256=sha256,
                     state=RECORDED,
                     created_at=db_now(),
+                    detail=detail,
                 )
                 .returning(Intent.id)
             ).scalar_one()
@@ -181,7 +185,13 @@ def settle(
     if values and lease.photo_id is not None and not _follow_photo(s, lease.photo_id, values):
         note = f"{note or state}; {_NAMED_ELSEWHERE.format(path=photo_path)}"
         photo_path = None
-    s.execute(update(Intent).where(Intent.id == intent_id, Intent.state == RECORDED).values(state=state))
+    done = s.execute(
+        update(Intent).where(Intent.id == intent_id, Intent.state == RECORDED).values(state=state)
+    ).rowcount
+    if done and state == APPLIED:
+        history.log_applied(
+            s, intent_id, job_id=lease.job_id, item_id=lease.item_id, lane=lease.lane, photo_id=lease.photo_id
+        )
     emit_for(
         s,
         f"intent_{state}",
@@ -388,6 +398,10 @@ def _settle_stopped(s: Session, item: Item, row: IntentRow, verdict: recovery.Ve
     done = s.execute(
         update(Intent).where(Intent.id == row.id, Intent.state == RECORDED).values(state=state)
     ).rowcount
+    if done and state == APPLIED:
+        history.log_applied(
+            s, row.id, job_id=item.job_id, item_id=item.id, lane=item.lane, photo_id=item.photo_id
+        )
     emit_for(
         s,
         f"intent_{state}",

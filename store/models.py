@@ -182,6 +182,9 @@ class Intent(Base):
     result_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     state: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[float] = mapped_column(Float)
+    # What the effect log (``photo_effects``) needs once it is applied (revision 0011): the tags a
+    # metadata edit changes, where the displaced original is kept, the effect it undoes.
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
     __table_args__ = (
         Index("ix_intents_target", "target"),
@@ -195,6 +198,40 @@ class Intent(Base):
             postgresql_where=text("state = 'recorded'"),
             sqlite_where=text("state = 'recorded'"),
         ),
+    )
+
+
+class PhotoEffect(Base):
+    """The effect log (revision 0011, ``store.history``): one row per file effect a job applied to a
+    photo (its sidecars' rows name the photo too), written in the transaction that marks the intent
+    applied. ``undone_by`` is the job whose effect reversed it (cleared when that one is undone in
+    turn: a redo); ``undoes`` the effect row an undo effect reversed. No foreign keys: the history
+    outlives the pruned jobs and items it names."""
+
+    __tablename__ = "photo_effects"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    photo_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    job_id: Mapped[int] = mapped_column(Integer)
+    item_id: Mapped[int] = mapped_column(Integer)
+    intent_id: Mapped[int] = mapped_column(Integer, unique=True)
+    lane: Mapped[str] = mapped_column(String(32))
+    kind: Mapped[str] = mapped_column(String(32))  # metadata edit, rename, move, archive, upload, ...
+    effect: Mapped[str] = mapped_column(String(16))  # the intent's kind: replace, move, publish
+    sidecar: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    from_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    to_path: Mapped[str] = mapped_column(Text)
+    before_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    after_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    changes: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    kept: Mapped[str | None] = mapped_column(Text, nullable=True)  # the displaced original's copy
+    undoes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    undone_by: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (
+        Index("ix_photo_effects_photo", "photo_id", "id"),
+        Index("ix_photo_effects_job", "job_id", "lane"),
     )
 
 

@@ -25,7 +25,7 @@ from photojobs.api import Client
 from photojobs.roots import ROOTS_ENV, parse_roots
 from store.retention import parse_age
 
-from . import errors, lanes_routes, metrics, routes
+from . import errors, history_routes, lanes_routes, metrics, routes
 from .auth import LoopbackOnly, authenticate
 from .limits import BodyLimit, LoginLimiter
 from .safe_json import SafeJSONResponse
@@ -173,6 +173,7 @@ def create_app(
     app.include_router(routes.public)
     app.include_router(routes.api)
     app.include_router(lanes_routes.lanes)
+    app.include_router(history_routes.history)
 
     @app.get("/metrics", tags=["ops"], dependencies=[Depends(authenticate)])
     def prometheus(request: Request) -> Response:

@@ -69,6 +69,12 @@ HOT = 12  # photos most jobs of a wave share
 WAVE_TIMEOUT = 180.0  # a wave whose movers have not settled by then is reported and cancelled
 MAX_LINGERING = 4  # jobs that move no photo and may still run when the next wave comes
 EFFECT_LANES = ("exif", "rename", "archive", "upload")
+# Undo jobs (``photojobs undo``, issue 31): once at a random moment of the run, and from the second
+# wave on once a wave (with this chance), a settled job (a shift, a rename, an archive, or an undo: a
+# redo) is undone, racing the running jobs on the same photos (an undo refuses a photo a later job
+# changed: "changed since").
+UNDO_RATE = 1.0
+UNDOABLE_KINDS = ("shift", "rename", "analysis_rename", "archive", "undo")
 BOUNDARIES = ("after_stage", "after_record", "after_apply", "after_mark")
 # What the zombie maker arms: a frozen exif or rename (a zombie with an effect in flight).
 ZOMBIE_ARMED = ",".join(
@@ -113,6 +119,8 @@ MINIMUM_PER_MINUTE = {
     # machine, 2 under the parallel suite's load (a retried or revoked item rides alone, and a
     # dispatch spreads a small job over the fleet's threads): the run must see batch claims at all
     "batched_claims": 1,
+    # undo jobs racing a wave's jobs (one per wave from the second: a short run has 2-3 waves)
+    "undo": 0.5,
 }
 LONG_RUN_ITEMS = 1000  # a run of 5 minutes or more handles at least this many items
 
@@ -423,6 +431,50 @@ class PhotoChaosRun(ChaosRun):
                 self.schedule.append((at + rng.uniform(0.5, 4.0), "resume", job.id))
             elif rng.random() < 0.12:
                 self.schedule.append((time.monotonic() - self.t0 + rng.uniform(0.5, 6.0), "cancel", job.id))
+        self.undo_due = self.wave >= 2 and rng.random() < UNDO_RATE
+
+    def maybe_undo(self) -> None:
+        """The wave's undo, once a settled earlier job has something left to undo (a job that
+        changed nothing, or one still running, is passed over; tried again at the next tick)."""
+        if getattr(self, "undo_due", False) and self.submit_undo() is not None:
+            self.undo_due = False
+
+    def act_undo(self) -> bool:
+        """The run's forced undo (any wave, once a settled job has something left to undo)."""
+        return self.submit_undo() is not None
+
+    def submit_undo(self) -> PhotoJob | None:
+        """Undo a settled job. Safe at any moment of a wave: it names its photos by the store's rows
+        (``store.history.plan_undo``), whatever a mover moved already; it races the jobs running."""
+        pool = [
+            j
+            for j in self.jobs
+            if isinstance(j, PhotoJob)
+            and j.kind in UNDOABLE_KINDS
+            and j.id in self.done
+        ]
+        self.rng.shuffle(pool)
+        for undone in pool:  # the first with something left to undo
+            out = self.client.undo(undone.id)
+            if out["job"] is not None:
+                break
+            self.note(f"wave {self.wave}: undo of job {undone.id} ({undone.kind}): {out['note']}")
+        else:
+            return None
+        st = self.client.status(out["job"])
+        with Session(self.engine) as s:
+            ids = sorted(set(s.execute(select(Item.photo_id).where(Item.job_id == out["job"])).scalars()))
+        job = PhotoJob(
+            out["job"], PLAIN, 0.0, [], kind="undo", lanes=list(st.lane_order), params=dict(st.params),
+            photo_ids=ids, wave=self.wave,
+        )  # fmt: skip
+        self.jobs.append(job)
+        self.actions["undo"] += 1
+        self.note(
+            f"wave {self.wave}: submit job {job.id} undo of job {undone.id} ({undone.kind}) {job.lanes} "
+            f"over {len(ids)} photos"
+        )
+        return job
 
     def wave_jobs(self) -> list[PhotoJob]:
         return [j for j in self.jobs if isinstance(j, PhotoJob) and j.wave == self.wave]
@@ -643,7 +695,7 @@ class PhotoChaosRun(ChaosRun):
         self.start_sweeper()
         for _ in range(WORKERS):
             self.start_worker()
-        for fault in ("kill_holder", "freeze_holder_long", "flushall", "sweeper", "pause", "cancel"):
+        for fault in ("kill_holder", "freeze_holder_long", "flushall", "sweeper", "pause", "cancel", "undo"):
             self.forced.append((self.rng.uniform(0.1, 0.8) * self.seconds, fault))
         self.note(f"started {WORKERS} workers x {THREADS} threads (lanes {LANES}), 1 sweeper")
         threading.Thread(target=self._freeze_watcher, name="freeze-watcher", daemon=True).start()
@@ -660,6 +712,7 @@ class PhotoChaosRun(ChaosRun):
                 if getattr(self, "act_" + fault)() is not False:
                     self.forced.remove((due, fault))
             self.run_due()
+            self.maybe_undo()
             getattr(self, "act_" + self.rng.choices(names, weights)[0])()
             if self.wave_settled():
                 self.new_wave()

@@ -51,10 +51,11 @@ from sqlalchemy.orm import Session
 
 from photos.exif import parse_shift
 from photos.fileops import is_staged_name, sha256_file
+from photos.history import FOLDER as HISTORY  # kept originals (issue 31), not photos
 from photos.raw import is_raw
 from photos.sidecar import companions, is_sidecar
 from store.events import EventRecord
-from store.models import Intent, Item, Job, Photo, PhotoLock
+from store.models import Intent, Item, Job, Photo, PhotoEffect, PhotoLock
 
 # Tags no job of the run asks to change: they must read the same after the run (absent stays absent).
 WATCHED_TAGS = (
@@ -186,7 +187,8 @@ class IntentFact:
 def _walk(folder: Path) -> list[Path]:
     if not folder.exists():
         return []
-    return sorted(Path(d) / f for d, _, files in os.walk(folder) for f in files)
+    walk = ((d, files) for d, _, files in os.walk(folder) if HISTORY not in Path(d).parts)
+    return sorted(Path(d) / f for d, files in walk for f in files)
 
 
 def check_files(
@@ -216,6 +218,7 @@ def check_files(
             for i in s.execute(select(Intent).order_by(Intent.id)).scalars()
         ]
         locks = list(s.execute(select(PhotoLock)).scalars())
+        logged = list(s.execute(select(PhotoEffect).order_by(PhotoEffect.id)).scalars())
         s.expunge_all()
 
     # -- the photo files ------------------------------------------------------------------------
@@ -309,6 +312,8 @@ def check_files(
         if item.lane != "exif" or item.photo_id not in baseline:
             continue
         p = params.get(item.job_id, {})
+        if p.get("undo.job") is not None:  # an undo's restores: from the effect log, below
+            continue
         applied = [i for i in by_item.get(item.id, []) if i.state == "applied"]
         if len(applied) > 1:
             bad.append(
@@ -336,6 +341,8 @@ def check_files(
             wanted = p["exif.keywords"]
             listed = wanted if isinstance(wanted, list) else str(wanted).split(",")
             all_keywords[item.photo_id].append((item.id, [str(k).strip() for k in listed if str(k).strip()]))
+
+    _account_undos(bad, rep, logged, params, baseline, shifts, shift_items, edited)
 
     # -- metadata ---------------------------------------------------------------------------------
     sidecar_at = _check_sidecars(
@@ -388,6 +395,13 @@ def check_files(
                     f"photo {pid} ({at}): untouched tag {tag} changed: "
                     f"{base.tags.get(tag)!r} -> {now.get(tag)!r}"
                 )
+        last = _last_effect(logged, pid)
+        if last is not None and sha256_file(at) != last.after_sha256:
+            bad.append(
+                f"photo {pid} ({at}): its content is not what its last effect left (effect {last.id}, "
+                f"job {last.job_id} {last.kind}: {(last.after_sha256 or '')[:12]}), neither the last job's "
+                "result nor the photo as it was before an undone job"
+            )
         mtime = at.stat().st_mtime_ns
         if abs(mtime - base.mtime_ns) >= 1_000_000_000:  # whole seconds: exiftool -P keeps those
             bad.append(f"photo {pid} ({at}): file modification time changed ({base.mtime_ns} -> {mtime})")
@@ -456,6 +470,65 @@ def check_files(
     for leftover in sorted(bundle_paths - published):
         bad.append(f"bundle {leftover} belongs to no succeeded bundle item and no applied intent")
     return rep
+
+
+def _account_undos(
+    bad: list[str],
+    rep: FileReport,
+    logged: Sequence[PhotoEffect],
+    params: Mapping[int, Mapping[str, Any]],
+    baseline: Mapping[int, Baseline],
+    shifts: dict[int, timedelta],
+    shift_items: dict[int, list[int]],
+    edited: set[int],
+) -> None:
+    """Undo jobs (issue 31) in the model, from the effect log: an undo's restore takes back what the
+    effect it reverses did (its time shift, its edit), a redo puts it back. A photo whose edits are
+    all undone has none: a raw's sidecar that an undone edit created is gone with it."""
+    by_id = {e.id: e for e in logged}
+
+    def undo_of(e: PhotoEffect) -> bool:
+        return params.get(e.job_id, {}).get("undo.job") is not None
+
+    def shift_of(e: PhotoEffect) -> timedelta:
+        if e.undoes is not None:
+            undone = by_id.get(e.undoes)
+            return -shift_of(undone) if undone is not None else timedelta()
+        shift = params.get(e.job_id, {}).get("exif.shift")
+        return parse_shift(str(shift)) if e.lane == "exif" and shift else timedelta()
+
+    def edits_of(e: PhotoEffect) -> int:
+        if e.undoes is not None:
+            undone = by_id.get(e.undoes)
+            return -edits_of(undone) if undone is not None else 0
+        return 1 if e.lane == "exif" else 0
+
+    net: dict[int, int] = defaultdict(int)
+    touched: set[int] = set()
+    for e in logged:
+        if e.lane != "exif" or e.photo_id not in baseline:
+            continue
+        net[e.photo_id] += edits_of(e)
+        if undo_of(e):
+            if e.undoes is None:
+                bad.append(f"effect {e.id} of undo job {e.job_id} names no effect it undoes")
+                continue
+            touched.add(e.photo_id)
+            shifts[e.photo_id] += shift_of(e)
+            shift_items[e.photo_id].append(e.item_id)
+            rep.counts["undo_restores"] += 1
+    for e in logged:
+        if undo_of(e) and e.lane in ("rename", "archive") and not e.sidecar:
+            rep.counts["undo_moves"] += 1
+    for pid in touched:
+        if net[pid] <= 0:
+            edited.discard(pid)
+
+
+def _last_effect(logged: Sequence[PhotoEffect], pid: int) -> PhotoEffect | None:
+    """The photo's own newest effect (a replace or a move of the photo, not a sidecar or a copy)."""
+    mine = [e for e in logged if e.photo_id == pid and not e.sidecar and e.effect in ("replace", "move")]
+    return mine[-1] if mine else None
 
 
 def _check_sidecars(

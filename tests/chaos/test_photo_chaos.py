@@ -103,7 +103,10 @@ def photo_job_outcome(engine: Engine, job: PhotoJob, state: str) -> list[str]:
         if i.state != "failed":
             continue
         error = i.error or ""
-        if job.kind == "noop":
+        if job.kind == "undo":
+            if "changed since" not in error and not error.startswith("quarantined"):
+                out.append(f"{info}: item {i.id} ({i.lane}) of an undo failed with {error[:300]!r}")
+        elif job.kind == "noop":
             if "noop.fail_if matched" not in error and not error.startswith("quarantined"):
                 out.append(f"{info}: item {i.id} failed with {error!r}")
         elif "file not found" in error:

@@ -20,6 +20,7 @@ from sqlalchemy import Engine
 from photojobs.api import Client
 from photojobs.config import Settings
 from photojobs.testing.samples import generate_samples
+from photos.history import FOLDER as HISTORY  # kept originals (issue 31), not photos
 from tests.raw_support import make_raw, preview_jpeg
 from tests.support import Fleet, items_of, job_done, wait_for
 
@@ -38,7 +39,8 @@ def sha(path: Path) -> str:
 
 def entries(folder: Path) -> list[Path]:
     """Every file and symlink under ``folder`` (sorted)."""
-    return sorted(p for p in folder.rglob("*") if p.is_file() or p.is_symlink()) if folder.exists() else []
+    found = (p for p in folder.rglob("*") if HISTORY not in p.parts)
+    return sorted(p for p in found if p.is_file() or p.is_symlink()) if folder.exists() else []
 
 
 @contextmanager

@@ -16,6 +16,7 @@ from photojobs.config import Settings
 from photojobs.testing.samples import generate_samples
 from photos.exif import read_metadata
 from photos.fileops import sha256_file
+from photos.history import FOLDER as HISTORY  # kept originals (issue 31), not photos
 from store.models import Event, Photo
 from tests.support import Fleet, event_counts, items_of, job_done, wait_for
 
@@ -40,7 +41,7 @@ def temp_files(*roots: Path) -> list[Path]:
 
 
 def all_files(root: Path) -> list[Path]:
-    return [p for p in root.rglob("*") if p.is_file()] if root.exists() else []
+    return [p for p in root.rglob("*") if p.is_file() and HISTORY not in p.parts] if root.exists() else []
 
 
 def store_paths_match_disk(engine: Engine, deleted: frozenset[str] = frozenset()) -> None:

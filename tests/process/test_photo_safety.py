@@ -19,6 +19,7 @@ from photojobs.api import Client
 from photojobs.config import Settings
 from photojobs.testing.samples import generate_samples
 from photos.exif import read_metadata
+from photos.history import FOLDER as HISTORY  # kept originals (issue 31), not photos
 from store.models import Event, Intent, Item, Photo, PhotoLock
 from tests.support import Fleet, items_of, job_done, pid_of_owner, wait_for
 
@@ -34,7 +35,7 @@ def one_photo(folder: Path) -> tuple[Path, datetime]:
 
 
 def files_in(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file())
+    return sorted(p for p in folder.rglob("*") if p.is_file() and HISTORY not in p.parts)
 
 
 def events_of(engine: Engine, item_id: int, type: str) -> list[Event]:

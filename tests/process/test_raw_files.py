@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from photojobs.api import Client
 from photojobs.config import Settings
 from photos.fileops import sha256_file
+from photos.history import FOLDER as HISTORY  # kept originals (issue 31), not photos
 from photos.sidecar import read_sidecar
 from store.models import Photo
 from tests.process.test_run import Runs
@@ -67,7 +68,8 @@ def results(engine: Engine, job: int, lane: str) -> dict[str, dict]:
 
 
 def names(folder: Path) -> list[str]:
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+    found = (p for p in folder.rglob("*") if p.is_file() and HISTORY not in p.parts)
+    return sorted(str(p.relative_to(folder)) for p in found)
 
 
 def test_analysis_and_exif_of_raws_write_only_sidecars(

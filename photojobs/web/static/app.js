@@ -116,8 +116,11 @@
   $("#logout").addEventListener("click", async () => { await api("DELETE", "api/session"); showLogin(); });
 
   // -- routes -----------------------------------------------------------------------------------------------
+  window.photojobsConsole = { api, el, timeEl, flash };  // for history.js (a photo's page, Undo)
+  const hist = () => window.photojobsHistory;
   function currentView() {
     const h = location.hash || "#/";
+    if (hist() && hist().isPhotoRoute(h)) return { view: "photo" };
     const m = /^#\/jobs\/(\d+)$/.exec(h);
     if (m) return { view: "job", id: Number(m[1]) };
     if (h === "#/lanes") return { view: "lanes" };
@@ -127,6 +130,7 @@
     if ($("#main").hidden) return;
     const r = currentView();
     for (const v of ["home", "job", "lanes"]) $(`#view-${v}`).hidden = v !== r.view;
+    if (hist()) { if (r.view === "photo") { await hist().show(location.hash); return; } hist().hide(); }
     $("#nav-jobs").setAttribute("aria-current", r.view === "lanes" ? "false" : "page");
     $("#nav-lanes").setAttribute("aria-current", r.view === "lanes" ? "page" : "false");
     if (r.view === "job") {
@@ -260,7 +264,8 @@
         action(id, "pause", st.state === "running"),
         action(id, "resume", st.state === "paused" || st.state === "pausing"),
         action(id, "cancel", ["running", "paused", "pausing", "submitting"].includes(st.state)),
-        action(id, "retry", !!((t.failed || 0) + (t.cancelled || 0)))));
+        action(id, "retry", !!((t.failed || 0) + (t.cancelled || 0))),
+        !linked && hist() ? hist().undoButton(id, st) : null));
     const lanes = st.lane_order.map((lane) => laneRow(lane, st.lanes[lane] || {}));
     return el("div", { class: "job", "data-job": String(id), "data-state": st.state }, head, ...lanes);
   }
@@ -370,7 +375,7 @@
       const cell = (label, ...c) => el("td", { "data-label": label }, ...c);
       $("#items tbody").replaceChildren(...r.items.map((x) => el("tr", { "data-item": String(x.id), "data-state": x.state },
         cell("item", String(x.id)), cell("lane", x.lane), cell("state", el("span", { class: `state ${x.state}` }, x.state)),
-        cell("attempts", String(x.attempt)), cell("worker", x.worker || "–"), cell("photo", x.path || "–"),
+        cell("attempts", String(x.attempt)), cell("worker", x.worker || "–"), cell("photo", x.path && hist() ? hist().photoLink(x.path) : x.path || "–"),
         cell("error", x.error || ""), cell("updated", timeEl(x.updated_at)))));
       $("#items-first").disabled = it.page === 0;
       $("#items-more").disabled = it.next == null;

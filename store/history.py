@@ -1,0 +1,288 @@
+"""The effect log: every file effect a job applied to a photo, for per-photo history and undo.
+
+One row of ``photo_effects`` per applied intent, written by :func:`log_applied` in the transaction
+that marks the intent ``applied`` (``store.intents``: a worker's fenced mark, a recovering attempt,
+the sweeper settling a stopped item's intent) — the one place rows are written, so the log holds
+exactly the effects that happened. What only the worker knew when it recorded the intent (the tags
+a metadata edit changes, where the displaced original is kept, which effect an undo reverses) comes
+from the intent's ``detail``. A row an undo reversed gets ``undone_by`` (the undo job) in that same
+transaction; undoing the undo clears it again (the original effect is back: a redo).
+
+Lock order: this table comes last (after photo_locks); rows are updated by id only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, and_, insert, or_, select, update
+from sqlalchemy.orm import Session
+
+from .clock import db_now
+from .engine import reader
+from .errors import UnknownJob
+from .models import Intent, Job, Photo, PhotoEffect
+
+# What an effect is called in the history, by lane (an undo effect names its own kind in ``detail``).
+KIND_BY_LANE = {"exif": "metadata edit", "rename": "rename", "archive": "archive", "upload": "upload"}
+# Params of an undo job (``photojobs undo``): the job it undoes, and whether uploads are removed.
+UNDO_JOB = "undo.job"
+UNDO_UPLOADS = "undo.uploads"
+UNDO_LANES = "undo.lanes"
+# The lanes an undo may reverse: those that change files (analysis changes none).
+UNDOABLE = ("exif", "rename", "archive", "upload")
+
+
+@dataclass(frozen=True)
+class Effect:
+    id: int
+    photo_id: int | None
+    job_id: int
+    item_id: int
+    intent_id: int
+    lane: str
+    kind: str
+    effect: str
+    sidecar: bool
+    from_path: str | None
+    to_path: str
+    before_sha256: str | None
+    after_sha256: str | None
+    changes: dict[str, Any] | None
+    kept: str | None
+    undoes: int | None
+    undone_by: int | None
+    at: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "effect": self.id,
+            "job": self.job_id,
+            "lane": self.lane,
+            "when": self.at,
+            "kind": self.kind,
+            "sidecar": self.sidecar,
+            "from_path": self.from_path,
+            "to_path": self.to_path,
+            "before_sha256": self.before_sha256,
+            "after_sha256": self.after_sha256,
+            **({"changes": self.changes} if self.changes is not None else {}),
+            **({"undoes": self.undoes} if self.undoes is not None else {}),
+            "original_kept": self.kept is not None if self.effect == "replace" else None,
+            "undone_by": self.undone_by,
+        }
+
+
+def _effect(r: PhotoEffect) -> Effect:
+    return Effect(
+        r.id, r.photo_id, r.job_id, r.item_id, r.intent_id, r.lane, r.kind, r.effect, bool(r.sidecar),
+        r.from_path, r.to_path, r.before_sha256, r.after_sha256, r.changes, r.kept, r.undoes,
+        r.undone_by, r.at,
+    )  # fmt: skip
+
+
+def log_applied(
+    s: Session, intent_id: int, *, job_id: int, item_id: int, lane: str, photo_id: int | None
+) -> None:
+    """Write the effect row of an intent just marked applied, in the caller's transaction (the
+    one that marks it), and link an undo to the effect it reversed. Idempotent per intent."""
+    i = s.execute(select(Intent).where(Intent.id == intent_id)).scalar_one_or_none()
+    if i is None or s.execute(select(PhotoEffect.id).where(PhotoEffect.intent_id == intent_id)).first():
+        return
+    detail = dict(i.detail or {})
+    undoes = detail.get("undoes")
+    from_path = i.source if i.kind in ("move", "publish") else i.target
+    s.execute(
+        insert(PhotoEffect).values(
+            photo_id=photo_id,
+            job_id=job_id,
+            item_id=item_id,
+            intent_id=intent_id,
+            lane=lane,
+            kind=str(detail.get("kind") or KIND_BY_LANE.get(lane, lane)),
+            effect=i.kind,
+            sidecar=bool(detail.get("sidecar", i.photo_id is None and photo_id is not None)),
+            from_path=from_path,
+            to_path=i.target,
+            before_sha256=i.base_sha256,
+            after_sha256=i.result_sha256,
+            changes=detail.get("changes"),
+            kept=detail.get("kept"),
+            undoes=undoes,
+            undone_by=None,
+            at=db_now(),
+        )
+    )
+    if undoes is not None:
+        s.execute(update(PhotoEffect).where(PhotoEffect.id == undoes).values(undone_by=job_id))
+        # Undoing an undo is a redo: the effect the undone one had reversed is in effect again.
+        again = s.execute(select(PhotoEffect.undoes).where(PhotoEffect.id == undoes)).scalar_one_or_none()
+        if again is not None:
+            s.execute(update(PhotoEffect).where(PhotoEffect.id == again).values(undone_by=None))
+
+
+# -- reading --------------------------------------------------------------------------------------
+def find_photo(engine: Engine, path: str) -> int | None:
+    """The photo whose current path is ``path``; else the newest photo an effect moved away from it."""
+    with Session(reader(engine)) as s:
+        pid = s.execute(select(Photo.id).where(Photo.path == path)).scalar_one_or_none()
+        if pid is None:
+            pid = s.execute(
+                select(PhotoEffect.photo_id)
+                .where(
+                    or_(PhotoEffect.from_path == path, PhotoEffect.to_path == path),
+                    PhotoEffect.sidecar.is_(False),
+                )
+                .order_by(PhotoEffect.id.desc())
+                .limit(1)
+            ).scalar_one_or_none()
+        return pid
+
+
+def photo_history(engine: Engine, photo_id: int) -> dict[str, Any] | None:
+    """``{"photo": id, "path": current path, "history": [entry, …]}`` oldest first, or None."""
+    with Session(reader(engine)) as s:
+        path = s.execute(select(Photo.path).where(Photo.id == photo_id)).scalar_one_or_none()
+        if path is None:
+            return None
+        rows = s.execute(
+            select(PhotoEffect).where(PhotoEffect.photo_id == photo_id).order_by(PhotoEffect.id)
+        ).scalars()
+        return {"photo": photo_id, "path": path, "history": [_effect(r).as_dict() for r in rows]}
+
+
+def effects_of(
+    engine: Engine, job_id: int, *, lane: str | None = None, photo_id: int | None = None
+) -> list[Effect]:
+    """The effects a job applied (oldest first), optionally of one lane and photo."""
+    q = select(PhotoEffect).where(PhotoEffect.job_id == job_id)
+    if lane is not None:
+        q = q.where(PhotoEffect.lane == lane)
+    if photo_id is not None:
+        q = q.where(PhotoEffect.photo_id == photo_id)
+    with Session(reader(engine)) as s:
+        return [_effect(r) for r in s.execute(q.order_by(PhotoEffect.id)).scalars()]
+
+
+def later_effects(engine: Engine, photo_id: int, after: int) -> list[Effect]:
+    """Effects on the photo logged after effect ``after`` and not undone (oldest first)."""
+    with Session(reader(engine)) as s:
+        rows = s.execute(
+            select(PhotoEffect)
+            .where(PhotoEffect.photo_id == photo_id, PhotoEffect.id > after, PhotoEffect.undone_by.is_(None))
+            .order_by(PhotoEffect.id)
+        ).scalars()
+        return [_effect(r) for r in rows]
+
+
+def effect_by_id(engine: Engine, effect_id: int) -> Effect | None:
+    with Session(reader(engine)) as s:
+        r = s.get(PhotoEffect, effect_id)
+        return _effect(r) if r is not None else None
+
+
+# -- planning an undo -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class UndoPlan:
+    job_id: int
+    lanes: list[str]  # the undo job's lanes: the undone job's, reversed
+    paths: list[str]  # the photos' current paths
+    params: dict[str, Any]
+    roots: list[str]
+    note: str | None = None  # why there is nothing to undo
+
+
+class NothingToUndo(Exception):  # noqa: N818 - an answer, not a failure
+    pass
+
+
+def plan_undo(engine: Engine, job_id: int, *, lane: str | None = None, uploads: bool = False) -> UndoPlan:
+    """What an undo of ``job_id`` runs: the lanes (reverse order) and photos that have effects in
+    effect (not undone). ``UnknownJob``; ``ValueError`` for a lane the job does not have. A plan
+    with no lanes carries the reason in ``note``."""
+    with Session(reader(engine)) as s:
+        job = s.get(Job, job_id)
+        if job is None:
+            raise UnknownJob(job_id)
+        job_lanes = list(job.lanes or [])
+        if lane is not None and lane not in job_lanes:
+            raise ValueError(f"job {job_id} has no lane {lane!r}; its lanes are: {', '.join(job_lanes)}")
+        wanted = [n for n in job_lanes if n in UNDOABLE and (lane is None or n == lane)]
+        if not uploads:
+            wanted = [n for n in wanted if n != "upload"]
+        live = and_(
+            PhotoEffect.job_id == job_id,
+            PhotoEffect.lane.in_(wanted),
+            PhotoEffect.undone_by.is_(None),
+            PhotoEffect.photo_id.is_not(None),
+        )
+        rows = s.execute(select(PhotoEffect.lane, PhotoEffect.photo_id).where(live).distinct()).all()
+        lanes_live = {r.lane for r in rows}
+        photo_ids = sorted({r.photo_id for r in rows})
+        paths = (
+            list(s.execute(select(Photo.path).where(Photo.id.in_(photo_ids)).order_by(Photo.path)).scalars())
+            if photo_ids
+            else []
+        )
+        params = {k: v for k, v in (job.params or {}).items() if not k.startswith("undo.")}
+        note = None
+        if not rows:
+            total = (
+                s.execute(
+                    select(PhotoEffect.undone_by).where(
+                        PhotoEffect.job_id == job_id, PhotoEffect.lane.in_(wanted)
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            by = ", ".join(map(str, sorted({b for b in total if b is not None})))
+            note = (
+                f"nothing to undo: every effect of job {job_id} was undone already (by job {by})"
+                if total
+                else f"nothing to undo: job {job_id} applied no file effect"
+                + (
+                    ""
+                    if uploads or "upload" not in job_lanes
+                    else " (uploads are left in place without --uploads)"
+                )
+            )
+    lanes = [n for n in reversed(job_lanes) if n in lanes_live]
+    params.update({UNDO_JOB: job_id, UNDO_UPLOADS: bool(uploads), UNDO_LANES: lanes})
+    return UndoPlan(job_id, lanes, paths, params, list(job.roots or []), note)
+
+
+# -- retention of kept originals ------------------------------------------------------------------
+def expired_kept(engine: Engine, older_than: float, limit: int = 1000) -> list[tuple[list[int], str]]:
+    """Kept originals whose every effect row is older than ``older_than`` seconds: (rows, path)."""
+    with Session(reader(engine)) as s:
+        now = s.execute(select(db_now())).scalar_one()
+        cutoff = now - older_than
+        rows = s.execute(
+            select(PhotoEffect.id, PhotoEffect.kept, PhotoEffect.at).where(PhotoEffect.kept.is_not(None))
+        ).all()
+    by_path: dict[str, list[tuple[int, float]]] = {}
+    for rid, kept, at in rows:
+        by_path.setdefault(kept, []).append((rid, at))
+    out = [([rid for rid, _ in v], k) for k, v in by_path.items() if max(at for _, at in v) < cutoff]
+    return out[:limit]
+
+
+def kept_paths(engine: Engine) -> set[str]:
+    """Every kept file something still names: an effect, or an intent not yet settled."""
+    with Session(reader(engine)) as s:
+        found = set(s.execute(select(PhotoEffect.kept).where(PhotoEffect.kept.is_not(None))).scalars())
+        for detail in s.execute(select(Intent.detail).where(Intent.state == "recorded")).scalars():
+            if isinstance(detail, dict) and isinstance(detail.get("kept"), str):
+                found.add(detail["kept"])
+    return found
+
+
+def forget_kept(engine: Engine, ids: Iterable[int]) -> None:
+    ids = list(ids)
+    if not ids:
+        return
+    with Session(engine) as s, s.begin():
+        s.execute(update(PhotoEffect).where(PhotoEffect.id.in_(ids)).values(kept=None))

@@ -1,0 +1,230 @@
+"""History and undo through real workers (issue 31), on both stores: one scenario per store.
+
+A shift + rename job on 24 photos, one photo edited by hand afterwards; ``photojobs undo`` with a
+worker SIGKILLed in the middle of an undo effect; a second undo; the undo undone (a redo); and a raw
+with its XMP sidecar archived, then undone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from photojobs.api import Client
+from photojobs.config import Settings
+from photojobs.testing.samples import generate_samples
+from photos.exiftool import ExifTool
+from photos.fileops import sha256_file
+from photos.history import FOLDER as HISTORY
+from store.history import effects_of
+from store.status import job_status
+from tests.raw_support import make_raw, make_xmp_sidecar, preview_jpeg
+from tests.support import Fleet, item_states, items_of, job_done, photojobs, wait_for
+
+from .test_file_effects import all_files, store_paths_match_disk, temp_files
+
+PARAMS = {"exif.shift": "+1h", "rename.pattern": "{taken:%Y%m%d_%H%M%S}_{stem}{ext}"}
+
+
+def tree(folder: Path) -> dict[str, str]:
+    """{relative path: sha256} of every file under ``folder`` but the history store."""
+    return {str(p.relative_to(folder)): sha256_file(p) for p in all_files(folder)}
+
+
+def cli_json(env: dict[str, str], *args: str) -> dict:
+    done = photojobs(env, *args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def wait_job(engine: Engine, job: int) -> str:
+    wait_for(lambda: job_done(engine, job), 240, what=f"job {job} to finish: {item_states(engine, job)}")
+    return job_status(engine, job).state
+
+
+def test_undo_of_a_shift_and_rename_puts_23_photos_back_and_refuses_the_one_edited_since(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given 24 photos shifted by an hour and renamed after their new time by one job
+    folder = tmp_path / "photos"
+    generate_samples(folder, 24, seed=31, size=(160, 120))
+    originals = tree(folder)
+    client = Client(Settings.from_env(env))
+    fleet.start_sweeper()
+    fleet.start_worker(["exif", "rename", "archive"], threads=2)
+    job = client.submit(["exif", "rename"], [folder], PARAMS).job_id
+    assert wait_job(engine, job) == "succeeded"
+    after_job = tree(folder)
+    assert set(after_job).isdisjoint(originals)
+    # and one renamed photo edited by hand afterwards (outside photojobs)
+    edited = folder / sorted(after_job)[5]
+    ExifTool.shared().execute("-Rating=3", "-overwrite_original", os.path.abspath(edited))
+    edited_sha = sha256_file(edited)
+    # When the job is undone and the worker running it is SIGKILLed between moving a photo back and
+    # marking it (then a healthy worker takes over)
+    doomed = fleet.start_worker(
+        ["exif", "rename"], threads=1, env={"PHOTOJOBS_FAILPOINTS": "undo.rename.after_apply"}
+    )
+    undo = cli_json(env, "undo", str(job))
+    assert undo["items"] == 48
+    wait_for(lambda: doomed.poll() is not None, 120, what="the undoing worker to be killed mid-effect")
+    state = wait_job(engine, undo["job"])
+    # Then the 23 others are back at their original paths, byte for byte, and the edited one is
+    # untouched, its item failed "changed since … outside photojobs" and the job partial
+    now = tree(folder)
+    assert state == "partial"
+    assert {k: v for k, v in now.items() if k != edited.name} == {
+        k: v for k, v in originals.items() if k in now and k != edited.name
+    }
+    assert len(now) == 24 and now[edited.name] == edited_sha
+    failed = [i for i in items_of(engine, undo["job"]) if i.state != "succeeded"]
+    assert sorted((i.lane, i.state) for i in failed) == [("exif", "skipped"), ("rename", "failed")]
+    reason = next(i.error for i in failed if i.state == "failed")
+    assert f"changed since job {job} outside photojobs" in reason and edited.name in reason
+    assert temp_files(folder) == []
+    store_paths_match_disk(engine)
+    # and the history of a photo names both effects with hashes, the time before/after and the undo
+    name = sorted(originals)[0]
+    story = cli_json(env, "history", str(folder / name))
+    assert story["path"] == str(folder / name)
+    ours = [e for e in story["history"] if e["job"] == job]
+    assert [e["kind"] for e in ours] == ["metadata edit", "rename"]
+    edit, rename = ours
+    assert edit["before_sha256"] == originals[name] and edit["after_sha256"] == rename["before_sha256"]
+    assert rename["from_path"] == str(folder / name) and rename["to_path"] != rename["from_path"]
+    before, after = edit["changes"]["EXIF:DateTimeOriginal"]
+    assert before < after  # "2024:…:10:00:00" -> an hour later
+    assert edit["undone_by"] == rename["undone_by"] == undo["job"]
+    undos = [e for e in story["history"] if e["job"] == undo["job"]]
+    assert [e["kind"] for e in undos] == ["move", "metadata edit"]
+    assert undos[1]["after_sha256"] == originals[name] and undos[1]["changes"]["EXIF:DateTimeOriginal"] == [
+        after,
+        before,
+    ]
+    # When the job is undone a second time
+    again = cli_json(env, "undo", str(job))
+    if again["job"] is not None:
+        wait_job(engine, again["job"])
+    # Then nothing changes (only the edited photo was left, and it is refused again)
+    assert tree(folder) == now
+    # When the undo is undone (a redo)
+    redo = cli_json(env, "undo", str(undo["job"]))
+    assert wait_job(engine, redo["job"]) == "succeeded"
+    # Then the 23 photos are as the job left them, byte for byte, and the edited one untouched
+    assert tree(folder) == {**after_job, edited.name: edited_sha}
+    store_paths_match_disk(engine)
+    # and the kept originals are hard links (no copy) in the root's history store
+    assert (folder / HISTORY).is_dir()
+    client.engine.dispose()
+
+
+def test_a_raw_and_its_sidecar_archived_or_uploaded_then_undone_come_back_together(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given a raw with its XMP sidecar, archived
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    raw = make_raw(folder / "IMG_0001.CR2", make="Canon", model="Canon EOS 5D", preview=preview_jpeg())
+    make_xmp_sidecar(folder / "IMG_0001.xmp", keywords=("dog",), rating=2)
+    before = tree(folder)
+    client = Client(Settings.from_env(env))
+    fleet.start_sweeper()
+    fleet.start_worker(["archive", "upload"], threads=2)
+    job = client.submit(["archive"], [folder], {}).job_id
+    assert wait_job(engine, job) == "succeeded"
+    archive = Path(f"{folder}-archive")
+    assert tree(folder) == {} and len(tree(archive)) == 2
+    # When the archive is undone
+    undo = client.undo(job)
+    assert undo["items"] == 1
+    assert wait_job(engine, undo["job"]) == "succeeded"
+    # Then the raw and its sidecar are back where they were, byte for byte, the archive empty
+    assert tree(folder) == before and tree(archive) == {}
+    store_paths_match_disk(engine)
+    story = client.photo_history(str(raw))
+    kinds = [(e["job"], e["kind"], e["sidecar"], e["undone_by"]) for e in story["history"]]
+    assert kinds == [
+        (job, "archive", False, undo["job"]),
+        (job, "archive", True, undo["job"]),
+        (undo["job"], "move", False, None),
+        (undo["job"], "move", True, None),
+    ]
+    # When the raw and its sidecar are uploaded to a local folder, then undone with and without --uploads
+    uploads = tmp_path / "uploads"
+    sent = client.submit(["upload"], [folder], {"upload.target": str(uploads)}).job_id
+    assert wait_job(engine, sent) == "succeeded"
+    copies = tree(uploads)
+    assert len(copies) == 2
+    kept = client.undo(sent)
+    # Then without --uploads the copies stay (nothing to undo), with it they leave the folder (kept in
+    # the history store until retention) and the originals are untouched
+    assert kept["job"] is None and "--uploads" in kept["note"] and tree(uploads) == copies
+    removed = client.undo(sent, uploads=True)
+    assert wait_job(engine, removed["job"]) == "succeeded"
+    assert tree(uploads) == {} and tree(folder) == before
+    away = sorted(p.name for p in (folder / HISTORY).rglob("*") if p.is_file())
+    assert [n.split(".removed-")[0] for n in away if ".removed-" in n] == sorted(copies.values())
+    # and the command says the same in words, and refuses what it cannot undo with a clear error
+    text = photojobs(env, "history", str(raw))
+    assert (
+        text.returncode == 0 and f"undone by job {undo['job']}" in text.stdout and "(sidecar)" in text.stdout
+    )
+    unknown = photojobs(env, "undo", "999999")
+    assert unknown.returncode == 1 and "999999" in unknown.stderr
+    bad_lane = photojobs(env, "undo", str(job), "--lane", "exif")
+    assert bad_lane.returncode == 64 and "has no lane 'exif'" in bad_lane.stderr
+    again = photojobs(env, "undo", str(job))
+    assert (
+        again.returncode == 0
+        and "nothing to undo" in again.stdout
+        and f"by job {undo['job']}" in again.stdout
+    )
+    client.engine.dispose()
+
+
+BOUNDARIES = ["after_stage", "after_record", "after_apply", "after_mark"]
+
+
+def test_an_undo_effect_killed_at_each_step_boundary_lands_exactly_once(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    client = Client(Settings.from_env(env))
+    fleet.start_sweeper()
+    combos = [(lane, b) for b in BOUNDARIES for lane in ("rename", "exif")]
+    # Given, for each step boundary of an undo effect of each lane, two photos shifted and renamed
+    helper = fleet.start_worker(["exif", "rename"], threads=2)
+    rounds = []
+    for n, combo in enumerate(combos):
+        folder = tmp_path / f"photos{n}"
+        generate_samples(folder, 2, seed=n, size=(96, 64))
+        rounds.append(
+            (combo, folder, tree(folder), client.submit(["exif", "rename"], [folder], PARAMS).job_id)
+        )
+    assert {wait_job(engine, job) for *_, job in rounds} == {"succeeded"}
+    fleet.kill(helper)
+    # When each job is undone while a worker dies (SIGKILL) at that boundary (of whichever undo it
+    # runs), one worker after another
+    undos = []
+    for (lane, boundary), *_, job in rounds:
+        undos.append(client.undo(job)["job"])
+        doomed = fleet.start_worker(
+            ["exif", "rename"], threads=1, env={"PHOTOJOBS_FAILPOINTS": f"undo.{lane}.{boundary}"}
+        )
+        wait_for(
+            lambda p=doomed: p.poll() is not None, 120, what=f"a worker to die at undo.{lane}.{boundary}"
+        )
+    # and then a healthy worker takes over
+    fleet.start_worker(["exif", "rename"], threads=2)
+    # Then every photo is back byte for byte, and each effect was undone exactly once
+    for ((lane, boundary), folder, originals, job), undo in zip(rounds, undos, strict=True):
+        assert wait_job(engine, undo) == "succeeded", [i.error for i in items_of(engine, undo)]
+        assert tree(folder) == originals, f"undo.{lane}.{boundary}"
+        assert temp_files(folder) == []
+        undone = sorted((e.undone_by, e.lane) for e in effects_of(engine, job))
+        assert undone == [(undo, "exif")] * 2 + [(undo, "rename")] * 2, f"undo.{lane}.{boundary}"
+        assert len(effects_of(engine, undo)) == 4, f"undo.{lane}.{boundary}: one reversal per effect"
+    store_paths_match_disk(engine)
+    client.engine.dispose()
