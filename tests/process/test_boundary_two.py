@@ -19,6 +19,7 @@ from sqlalchemy import create_engine, text
 
 from photojobs.testing.samples import generate_samples
 from photos.exif import read_metadata
+from photos.history import FOLDER as HISTORY  # kept originals (issue 31), not photos
 from store.engine import normalise_url
 from tests.support import ROOT, Fleet, photojobs, wait_for
 from tests.web_support import TOKEN, WebServer, wait_job
@@ -54,8 +55,13 @@ def _photo(folder: Path, name: str, seed: int = 1) -> Path:
 
 
 def _files(folder: Path) -> set[str]:
+    """The files under ``folder``, less the originals kept for undo (``HISTORY``, issue 31)."""
     return (
-        {str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir()}
+        {
+            str(p.relative_to(folder))
+            for p in folder.rglob("*")
+            if not p.is_dir() and HISTORY not in p.relative_to(folder).parts
+        }
         if folder.exists()
         else set()
     )
