@@ -31,6 +31,7 @@ MODULES = (
     "benchmarks.analysis",
     "benchmarks.scale",
     "benchmarks.priority",
+    "benchmarks.million",
 )
 
 FIRST = ("goals", "shapes")  # run (and listed) first, whatever the import order
