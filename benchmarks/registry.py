@@ -32,6 +32,7 @@ MODULES = (
     "benchmarks.scale",
     "benchmarks.priority",
     "benchmarks.million",
+    "benchmarks.cycle",
 )
 
 FIRST = ("goals", "shapes")  # run (and listed) first, whatever the import order
