@@ -179,6 +179,12 @@ def _exactly_once(reader: Reader, job_id: int, n: int) -> dict[str, Any]:
     expired = reader.scalar(
         "SELECT count(*) FROM events WHERE job_id = ? AND type = 'lease_expired'", (job_id,)
     )
+    by_worker = dict(
+        reader.rows(
+            "SELECT worker, count(*) FROM events WHERE job_id = ? AND type = 'item_claimed' GROUP BY worker",
+            (job_id,),
+        )
+    )
     states = reader.states(job_id)
     ok = succeeded == distinct == n == states.get("succeeded", 0)
     return {
@@ -189,6 +195,7 @@ def _exactly_once(reader: Reader, job_id: int, n: int) -> dict[str, Any]:
         "states": states,
         "claims": claims,
         "leases_expired": expired,
+        "claims_by_worker": by_worker,
     }
 
 
@@ -514,7 +521,8 @@ def _rows(store: str, f: dict[str, Any], before: Any, after: Any) -> list[Row]:
             goal="every item one item_succeeded",
             note=f"{once['item_succeeded_events']:,} successes of {once['items']:,} items "
             f"({once['items_with_a_success']:,} distinct); {once['claims']:,} claims, "
-            f"{once['leases_expired']} leases expired",
+            f"{once['leases_expired']} leases expired; claims by worker process: "
+            + ", ".join(f"{n:,}" for n in once["claims_by_worker"].values()),
         ),
     ]
     return rows

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from .claim_refusals import changed_outcome, defer_locked, locked_outcome, not_claimed, unclaim
 from .clock import db_now
 from .errors import TRANSIENT, classify_store_error, error_text
+from .events import insert_events
 from .lanes import NO_LOCK, LaneSpec
 from .leases import ClaimOutcome, Lease
 from .models import Item
@@ -125,8 +126,7 @@ def claim_batch(
                 deferred[item_id] = locked_outcome(got)
             else:
                 leases[item_id] = got
-        if events:
-            conn.execute(event_sql(conn.dialect.name), events)
+        insert_events(conn, events)
     outcomes: list[ClaimOutcome] = []
     for item_id, token in pairs:
         if item_id in leases:

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from .clock import db_now
 from .errors import StaleLease
-from .events import emit_for, emit_many
+from .events import emit_for, emit_many, insert_events
 from .fencing import DEFERRED_EVENTS
 from .lanes import LaneSpec
 from .leases import Lease
@@ -123,7 +123,7 @@ def succeed_many(s: Session, done: Sequence[tuple[Lease, dict[str, Any] | None]]
     if deferred is not None:
         deferred.extend(events)
     else:
-        conn.execute(event_sql(dialect), events)
+        insert_events(conn, events)
 
 
 def _last_lane(lease: Lease) -> bool:
