@@ -20,6 +20,7 @@ from functools import cache
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Float,
     Integer,
     Select,
@@ -134,9 +135,9 @@ def claim_many_sql(dialect: str) -> TextualSelect:
     return (
         text(sql)
         .bindparams(
-            # keys exceed 2**31: no INTEGER cast (as renew_sql's)
+            # keys exceed 2**31: BIGINT
             bindparam("ids", expanding=True, type_=Integer),
-            bindparam("keys", expanding=True),
+            bindparam("keys", expanding=True, type_=BigInteger),
         )
         .columns(
             column("id", Integer),
@@ -199,7 +200,7 @@ def succeed_many_sql(dialect: str) -> TextualSelect:
         )
         .bindparams(
             bindparam("ids", expanding=True, type_=Integer),
-            bindparam("keys", expanding=True),
+            bindparam("keys", expanding=True, type_=BigInteger),
             bindparam("result", type_=_ITEM_JSON),
         )
         .columns(column("id", Integer))
