@@ -351,6 +351,10 @@ def run_job(ctx: BenchContext, store: str, n: int) -> dict[str, Any]:
         a, b = done[len(done) // 10], done[(len(done) * 9) // 10]
         steady = ((len(done) * 9) // 10 - len(done) // 10) / (b - a) if b > a else float("nan")
         once = _exactly_once(reader, job_id, n)
+        first_claims = reader.rows(
+            "SELECT min(at) FROM events WHERE job_id = ? AND type = 'item_claimed' GROUP BY worker", (job_id,)
+        )
+        back = [at for (at,) in first_claims if killed_at and at > killed_at]
         passes_end = _pass_times(engine, specs, publisher)
         size = _store_size(reader)
         ours = sum(cpu_s.values())
@@ -368,6 +372,8 @@ def run_job(ctx: BenchContext, store: str, n: int) -> dict[str, Any]:
             "tenths": _tenths(done),
             "killed_at_s": round(killed_at - t_commit, 1) if killed_at else None,
             "restart_s": round(restarted_at - killed_at, 2) if killed_at and restarted_at else None,
+            # host B's new worker's first claim after the kill (its start under the machine's load)
+            "b_back_after_kill_s": round(min(back) - killed_at, 1) if back else None,
             "cpu_s": cpu_s,
             "cpu_s_per_1000": {k: round(v * 1000 / n, 3) for k, v in cpu_s.items()},
             "cpu_s_per_1000_total": round(ours * 1000 / n, 3),
@@ -450,7 +456,8 @@ def _rows(store: str, f: dict[str, Any], before: Any, after: Any) -> list[Row]:
             f"({plain_rates[0]:.0f} before, {plain_rates[1]:.0f} after)",
             ratio=round(steady / plain, 3),
             load=load,
-            note=f"whole job {f['rate']} items/s in {f['run_s']} s; host B killed at {f['killed_at_s']} s",
+            note=f"whole job {f['rate']} items/s in {f['run_s']} s; host B killed at {f['killed_at_s']} s, "
+            f"claiming again {f['b_back_after_kill_s']} s later",
             detail=f,
         ),
         Row(
