@@ -171,7 +171,9 @@ def _cycle(ctx: BenchContext, store: str, n: int, history: int) -> tuple[Meter, 
         ctx.dbs.drop(url)
 
 
-@register(NAME, "The store's statements, round trips and CPU per no-op item, by phase (load-proof)")
+@register(
+    NAME, "The store's statements, round trips and CPU per no-op item, by phase (load-proof)", default=False
+)
 def cycle(ctx: BenchContext) -> list[Row]:
     """A batch worker's store work per item, on a fresh store and on a grown one, each store."""
     quick = ctx.config.quick
