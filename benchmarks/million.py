@@ -122,6 +122,15 @@ def _backends(reader: Reader) -> Callable[[], list[int]]:
     return find
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, killed and not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _tenths(done: list[float]) -> list[float]:
     """Items/s of each tenth of the successes (sorted database times)."""
     n = len(done)
@@ -310,6 +319,7 @@ def run_job(ctx: BenchContext, store: str, n: int) -> dict[str, Any]:
         middle = lo + (hi - lo) // 2
 
         killed_at = restarted_at = None
+        killed_pids: list[int] = []
         passes_half: dict[str, float] = {}
         t_end = time.monotonic() + 600 + n / 100
         while True:
@@ -322,8 +332,15 @@ def run_job(ctx: BenchContext, store: str, n: int) -> dict[str, Any]:
                 if reader.scalar("SELECT state FROM items WHERE id = ?", (middle,)) == "succeeded":
                     passes_half = _pass_times(engine, specs, publisher, passes=1)
                     tracker.sample()
+                    killed_pids = cpu.tree(hosts["B"].pid)
                     killed_at = time.time()
                     ctx.procs.kill(hosts["B"])
+                    wait_for(
+                        lambda pids=killed_pids: not [p for p in pids if _alive(p)],
+                        10,
+                        0.05,
+                        "host B's processes to die",
+                    )
                     hosts["B"] = start("B")
                     restarted_at = time.time()
                 continue
@@ -351,6 +368,17 @@ def run_job(ctx: BenchContext, store: str, n: int) -> dict[str, Any]:
         a, b = done[len(done) // 10], done[(len(done) * 9) // 10]
         steady = ((len(done) * 9) // 10 - len(done) // 10) / (b - a) if b > a else float("nan")
         once = _exactly_once(reader, job_id, n)
+        # The killed host's workers claimed nothing after the kill (their ids are host:pid:nonce).
+        last_claims = reader.rows(
+            "SELECT worker, max(at) FROM events WHERE job_id = ? AND type = 'item_claimed' GROUP BY worker",
+            (job_id,),
+        )
+        once["claims_by_killed_after_kill"] = sum(
+            1
+            for worker, at in last_claims
+            if killed_at and at > killed_at + 0.5 and int(str(worker).split(":")[1]) in killed_pids
+        )
+        once["ok"] = once["ok"] and once["claims_by_killed_after_kill"] == 0
         first_claims = reader.rows(
             "SELECT min(at) FROM events WHERE job_id = ? AND type = 'item_claimed' GROUP BY worker", (job_id,)
         )
@@ -528,7 +556,8 @@ def _rows(store: str, f: dict[str, Any], before: Any, after: Any) -> list[Row]:
             goal="every item one item_succeeded",
             note=f"{once['item_succeeded_events']:,} successes of {once['items']:,} items "
             f"({once['items_with_a_success']:,} distinct); {once['claims']:,} claims, "
-            f"{once['leases_expired']} leases expired; claims by worker process: "
+            f"{once['leases_expired']} leases expired; host B's killed workers' claims after the kill: "
+            f"{once['claims_by_killed_after_kill']}; claims by worker process: "
             + ", ".join(f"{n:,}" for n in once["claims_by_worker"].values()),
         ),
     ]
