@@ -93,9 +93,7 @@ class _Run:
     def workers_warm(self) -> int:
         """How many worker processes have finished an item (the first analysis in a process loads
         its libraries: ~200 ms more)."""
-        n = self.reader.scalar(
-            "SELECT count(DISTINCT worker) FROM events WHERE type = 'item_succeeded'", ()
-        )
+        n = self.reader.scalar("SELECT count(DISTINCT worker) FROM events WHERE type = 'item_succeeded'", ())
         return int(n or 0)
 
     def small(self, folder: Path, priority: str | None) -> float:

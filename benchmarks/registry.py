@@ -31,6 +31,8 @@ MODULES = (
     "benchmarks.analysis",
     "benchmarks.scale",
     "benchmarks.priority",
+    "benchmarks.million",
+    "benchmarks.cycle",
 )
 
 FIRST = ("goals", "shapes")  # run (and listed) first, whatever the import order

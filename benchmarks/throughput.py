@@ -74,14 +74,18 @@ def _cpu_per_item(before: dict[str, float], after: dict[str, float], n: int) -> 
     return {k: round(v * 1000 / n, 3) for k, v in cpu.delta(before, after).items()}
 
 
-def run_plain(ctx: BenchContext) -> Measured:
-    """The baseline: plain Dramatiq, a no-op actor, same Redis, P processes x T threads."""
+def run_plain(ctx: BenchContext, items: int | None = None, *, flush: bool = True) -> Measured:
+    """The baseline: plain Dramatiq, a no-op actor, same Redis, P processes x T threads; ``items``
+    messages (default ``--items``); ``flush`` False keeps Redis's keys (a photojobs fleet's queues
+    beside it)."""
     from dramatiq.brokers.redis import RedisBroker
 
     from . import plain_actors
 
     cfg = ctx.config
-    ctx.redis.flush()
+    n_items = items or cfg.items
+    if flush:
+        ctx.redis.flush()
     env = {
         **ctx.photojobs_env("unused"),
         "PJBENCH_REDIS_URL": ctx.redis.url,
@@ -130,7 +134,7 @@ def run_plain(ctx: BenchContext) -> Measured:
         groups = {"workers": [proc.pid], "redis": [ctx.redis.proc.pid] if ctx.redis.proc else []}
         load0 = cpu.loadavg()
         before, bench_before, busy_before = cpu.snapshot(groups), cpu.self_cpu(), cpu.machine_busy()
-        t0, t_sent, first, last = batch(cfg.items)
+        t0, t_sent, first, last = batch(n_items)
         after, bench_after, busy_after = cpu.snapshot(groups), cpu.self_cpu(), cpu.machine_busy()
         load1 = cpu.loadavg()
     finally:
@@ -138,7 +142,7 @@ def run_plain(ctx: BenchContext) -> Measured:
         broker.close()
     before["benchmark (send+poll)"], after["benchmark (send+poll)"] = bench_before, bench_after
     _add_others(before, after, busy_before, busy_after)
-    n = cfg.items
+    n = n_items
     return Measured(
         case="plain dramatiq",
         count=n,

@@ -119,12 +119,24 @@ class SlotGate:
 
 def process_gate() -> SlotGate:
     """This process's slots (``PHOTOJOBS_CPU_SLOTS``, read once; checked at start by
-    ``photojobs.config.Settings.from_env``)."""
+    ``photojobs.config.Settings.from_env``). Made once under a lock, then read without one: it is
+    asked for around every item of a CPU-bound lane."""
     global _gate
+    gate = _gate
+    if gate is not None:
+        return gate
     with _lock:
         if _gate is None:
             _gate = SlotGate(cpu_slots())
         return _gate
+
+
+def release_kept_slot() -> None:
+    """Release the slot this thread kept for an interactive message, if it kept one (only a
+    CPU-bound lane's item keeps one): a look at a thread-local, no lock, when none is kept."""
+    gate = _gate
+    if gate is not None:
+        gate.release_kept()
 
 
 @contextmanager

@@ -165,8 +165,12 @@ class Finisher:
         stale, the store — each item is finished in a transaction of its own, which records what
         went wrong for that item."""
         plans: list[tuple[ItemContext, str, Callable[[Session], Any]]] = []
+        plain: list[tuple[store_items.Lease, dict[str, Any] | None]] = []  # succeed_many's
         for ctx in sorted(batch, key=lambda c: (c.lease.job_id, c.item_id)):
-            if ctx.ran:
+            if ctx.ran and ctx.error is None and store_items.plain_success(ctx.lease, ctx.at_finish):
+                plain.append((ctx.lease, _payload(ctx.result)))
+                plan = self._plan(ctx, ctx.result, None, throws)  # alone, should the batch fail
+            elif ctx.ran:
                 plan = self._plan(ctx, ctx.result, ctx.error, throws)
             elif isinstance(ctx.error, Stopped):  # asked to stop before its turn
                 plan = self._plan(ctx, None, ctx.error, throws)
@@ -181,9 +185,14 @@ class Finisher:
             return
         try:
             with fenced_batch(self.owner.engine, [ctx.item_id for ctx, _, _ in plans]) as s:
-                store_items.lock_batch_finish(s, [ctx.lease for ctx, _, _ in plans])
-                for _, _, write in plans:
-                    write(s)
+                done = {lease.item_id for lease, _ in plain}
+                store_items.lock_batch_finish(s, [ctx.lease for ctx, _, _ in plans], done)
+                # The plain successes in one compare-and-set (per distinct result), the rest each
+                # through its own writes; every item's fence is checked either way.
+                store_items.succeed_many(s, plain, self.owner.worker)
+                for ctx, _, write in plans:
+                    if ctx.item_id not in done:
+                        write(s)
         except Exception as exc:  # noqa: BLE001 - each item on its own says what went wrong
             log.debug("batch finish failed (%s); finishing its items one by one", error_text(exc))
             for ctx, what, write in plans:

@@ -27,7 +27,7 @@ from dramatiq.worker import WorkerThread
 from store.lanes import NORMAL_PRIORITY
 
 from .context import current_batch, peek_current, set_batch, set_current
-from .cpu_slots import process_gate
+from .cpu_slots import release_kept_slot
 from .dramatiq_compat import (
     current_worker_thread,
     disarm_time_limit,
@@ -45,28 +45,46 @@ def _free_worker_thread() -> WorkerThread | None:
     return None if getattr(_local, "inline", False) else current_worker_thread()
 
 
+def _interactive_first(thread: WorkerThread) -> bool:
+    """A look at the first entry of the thread's work queue without its lock: whether it goes
+    before the lanes' normal messages. The work queue is a heap whose first element is read here
+    as it is at this instant (each list operation is atomic): a message that arrives a moment
+    later is seen after the next item, and one another thread takes meanwhile is not taken twice
+    (``take_first_below`` looks again under the lock). The one check per item while no
+    interactive message waits: no lock, no call into the queue."""
+    try:
+        return bool(thread.work_queue.queue[0].priority < NORMAL_PRIORITY)
+    except IndexError:
+        return False
+
+
 def interactive_waits(queue_name: str | None = None) -> bool:
     """Whether this worker thread would run an interactive message (of ``queue_name``, given one)
     after its current item: one is first in its work queue, and the thread is not running one
     already. A CPU-bound item keeps its slot for its own lane's (``middleware.cpu_slots``): an
     interactive message of a lane that waits on exiftool or the network must not hold it idle."""
     thread = _free_worker_thread()
-    return thread is not None and first_is_below(thread.work_queue, NORMAL_PRIORITY, queue_name)
+    if thread is None or not _interactive_first(thread):
+        return False
+    return first_is_below(thread.work_queue, NORMAL_PRIORITY, queue_name)
 
 
 def run_waiting_interactive() -> bool:
     """If this is a worker thread and the first message of its work queue goes before the lanes'
-    normal messages, take it and run it now; True if one ran. Called after each item of a batch.
-    A CPU slot the item kept for it (``interactive_waits``) is released after, if it did not use it."""
+    normal messages, take it and run it now; True if one ran. Called after each item of a batch:
+    while no interactive message waits it costs one look at the work queue and one at a
+    thread-local (a slot kept by a CPU-bound item whose interactive message another thread took),
+    no lock. A CPU slot the item kept for it (``interactive_waits``) is released after, if it did
+    not use it."""
     try:
         return _run_waiting_interactive()
     finally:
-        process_gate().release_kept()
+        release_kept_slot()
 
 
 def _run_waiting_interactive() -> bool:
     thread = _free_worker_thread()
-    if thread is None:
+    if thread is None or not _interactive_first(thread):
         return False
     entry = take_first_below(thread.work_queue, NORMAL_PRIORITY)
     if entry is None:

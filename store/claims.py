@@ -20,13 +20,14 @@ from sqlalchemy.orm import Session
 from .claim_refusals import changed_outcome, defer_locked, locked_outcome, not_claimed, unclaim
 from .clock import db_now
 from .errors import TRANSIENT, classify_store_error, error_text
+from .events import insert_events
 from .lanes import NO_LOCK, LaneSpec
 from .leases import ClaimOutcome, Lease
 from .models import Item
 from .photo_locks import Conflict, LockRequest, lock_photo_rows
 from .photo_locks import take as take_photo_locks
 from .pipeline import item_photo_ids
-from .queries import claim_sql, event_sql
+from .queries import RENEW_KEY, claim_many_sql, claim_sql, event_sql
 
 log = logging.getLogger("photojobs.store")
 
@@ -98,7 +99,8 @@ def claim_batch(
     requests: Mapping[int, LockRequest | None],
 ) -> list[ClaimOutcome]:
     """The claims of a batch message's items (``pairs``: (item id, token)) in one transaction, in
-    the global lock order: every item's compare-and-set (``claim``'s, in ascending item id), then —
+    the global lock order: every item's compare-and-set (``claim``'s, in one statement that locks
+    the items in ascending id: ``store.queries.claim_many_sql``), then —
     when locks are asked (``requests[item id]``) — all their photos' rows at once in ascending photo
     id (PostgreSQL: a transaction that locked one photo and then waited for another out of that
     order could deadlock with a submission or another batch), then each item's lock rows and
@@ -111,11 +113,7 @@ def claim_batch(
     deferred: dict[int, ClaimOutcome] = {}
     events: list[dict[str, Any]] = []  # the claims' event rows, inserted together
     with engine.begin() as conn:
-        rows: dict[int, Any] = {}
-        for item_id, token in sorted(pairs):
-            row = _claim_cas(conn, spec, item_id, token, worker)
-            if row is not None:
-                rows[item_id] = row
+        rows = _claim_cas_many(conn, spec, pairs, worker)
         if conn.dialect.name == "postgresql" and any(requests.get(i) is not None for i in rows):
             lock_photo_rows(conn, [p for i, r in rows.items() for p in item_photo_ids(conn, i, r.photo_id)])
         for item_id, row in rows.items():
@@ -128,8 +126,7 @@ def claim_batch(
                 deferred[item_id] = locked_outcome(got)
             else:
                 leases[item_id] = got
-        if events:
-            conn.execute(event_sql(conn.dialect.name), events)
+        insert_events(conn, events)
     outcomes: list[ClaimOutcome] = []
     for item_id, token in pairs:
         if item_id in leases:
@@ -187,6 +184,18 @@ def _claim_in(
     if isinstance(lease, Conflict):
         raise _LockConflict(lease)  # rolls the claim back
     return lease
+
+
+def _claim_cas_many(
+    conn: Connection, spec: LaneSpec, pairs: Sequence[tuple[int, int]], worker: str
+) -> dict[int, Any]:
+    """The compare-and-sets of a batch's items in one statement (one round trip however many
+    items): their rows by item id, in ascending id, those that matched only."""
+    ids = sorted({item_id for item_id, _ in pairs})
+    keys = [item_id * RENEW_KEY + token for item_id, token in pairs]
+    params = {"ids": ids, "keys": keys, "lane": spec.name, "worker": worker, "ttl": spec.lease_ttl}
+    found = conn.execute(claim_many_sql(conn.dialect.name), params).all()
+    return {row.id: row for row in sorted(found, key=lambda r: r.id)}
 
 
 def _claim_cas(conn: Connection, spec: LaneSpec, item_id: int, token: int, worker: str) -> Any:

@@ -21,7 +21,7 @@ from store.lanes import LaneSpec
 
 from .clock import db_now
 from .engine import reader
-from .events import emit_many
+from .events import emit_many, insert_events
 from .lane_control import lane_paused
 from .messages import (
     ALONE,
@@ -42,7 +42,6 @@ from .priority import (
     is_interactive_sql,
 )
 from .queries import (
-    event_sql,
     mark_queued_sql,
     message_items_sql,
     next_pending_job_sql,
@@ -242,24 +241,23 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
         for size, ids in by_size.items():
             conn.execute(message_items_sql(dialect), {"ids": ids, "n": size})
         rows = [(r, flag) for m, flag in messages_out for r in m]
-        if rows:
-            conn.execute(
-                event_sql(dialect),
-                [
-                    {
-                        "type": "item_queued",
-                        "job_id": r.job_id,
-                        "item_id": r.id,
-                        "photo_id": r.photo_id,
-                        "lane": lane,
-                        "attempt": None,
-                        "token": r.fencing_token,
-                        "worker": None,
-                        "detail": {"priority": INTERACTIVE} if flag else None,
-                    }
-                    for r, flag in rows
-                ],
-            )
+        insert_events(
+            conn,
+            [
+                {
+                    "type": "item_queued",
+                    "job_id": r.job_id,
+                    "item_id": r.id,
+                    "photo_id": r.photo_id,
+                    "lane": lane,
+                    "attempt": None,
+                    "token": r.fencing_token,
+                    "worker": None,
+                    "detail": {"priority": INTERACTIVE} if flag else None,
+                }
+                for r, flag in rows
+            ],
+        )
     return [
         Publish(r.id, r.fencing_token, lane, group=k if len(m) > 1 else None, interactive=flag)
         for k, (m, flag) in enumerate(messages_out)

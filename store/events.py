@@ -12,6 +12,7 @@ a reader that has seen ``seq = n`` will see every later event with ``seq > n``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from sqlalchemy.orm import Session
 from .clock import db_now
 from .engine import reader
 from .models import Event, Item
+from .queries import EVENT_COLUMNS, EVENTS_UNNEST_PG, event_sql
 
 if TYPE_CHECKING:
     from .leases import Lease
@@ -84,6 +86,22 @@ def emit_many(session: Session | Connection, rows: Sequence[dict[str, Any]]) -> 
     keys = ("type", "job_id", "item_id", "photo_id", "lane", "attempt", "token", "worker", "detail")
     # The database clock in the statement itself (no SELECT of it first).
     session.execute(insert(Event).values(at=db_now()), [{k: r.get(k) for k in keys} for r in rows])
+
+
+def insert_events(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert event rows (each with ``store.queries.EVENT_COLUMNS``' keys; missing ones are NULL) in
+    the caller's transaction, stamped with the database clock, in the order given: on PostgreSQL
+    in one statement whatever their number (``EVENTS_UNNEST_PG``), on SQLite as an executemany
+    (in-process, no round trips)."""
+    if not rows:
+        return
+    dialect = conn.dialect.name
+    if dialect != "postgresql" or len(rows) == 1:
+        conn.execute(event_sql(dialect), [{k: r.get(k) for k in EVENT_COLUMNS} for r in rows])
+        return
+    columns: dict[str, list[Any]] = {k: [r.get(k) for r in rows] for k in EVENT_COLUMNS}
+    columns["detail"] = [None if d is None else json.dumps(d) for d in columns["detail"]]
+    conn.execute(EVENTS_UNNEST_PG, columns)
 
 
 _ASSIGN_SQL = text(

@@ -23,9 +23,8 @@ from sqlalchemy import Engine, event, select
 from sqlalchemy.orm import Session
 
 from .errors import StaleLease
-from .events import emit
+from .events import emit, insert_events
 from .models import RUNNING, Item
-from .queries import event_sql
 
 # session.info key: the event rows of a batch finish, inserted together before its commit
 DEFERRED_EVENTS = "deferred_events"
@@ -112,8 +111,8 @@ def fenced_batch(engine: Engine, item_ids: Iterable[int]) -> Iterator[BatchFinis
     try:
         with session.begin():
             yield session
-            if events:  # the items' event rows in one statement, in the same transaction
-                session.connection().execute(event_sql(engine.dialect.name), events)
+            # the items' event rows in one statement, in the same transaction
+            insert_events(session.connection(), events)
     finally:
         session.close()
 

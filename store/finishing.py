@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from sqlalchemy import select, update
@@ -10,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from .clock import db_now
 from .errors import StaleLease
-from .events import emit_for, emit_many
+from .events import emit_for, emit_many, insert_events
 from .fencing import DEFERRED_EVENTS
 from .lanes import LaneSpec
 from .leases import Lease
@@ -22,9 +23,13 @@ from .queries import (
     DROP_LOCKS_UNLESS_INTENT,
     LIVE_INTENT,
     LOCKS_TO_INTENT,
+    RENEW_KEY,
     end_lease_sql,
     event_sql,
+    succeed_many_sql,
 )
+
+BATCH_LOCKED = "batch_locked_items"  # session.info: the items lock_batch_finish row-locked
 
 
 def lock_for_finish(s: Session, lease: Lease) -> str | None:
@@ -40,13 +45,15 @@ def lock_for_finish(s: Session, lease: Lease) -> str | None:
     return control
 
 
-def lock_batch_finish(s: Session, leases: Sequence[Lease]) -> None:
+def lock_batch_finish(s: Session, leases: Sequence[Lease], plain: Collection[int] = ()) -> None:
     """Before a batch finish writes anything (PostgreSQL): its jobs share-locked, then its items
     together with the rows their finishes may move on (the next lane's waiting items of their
     photos, or a waiting bundle: ``lock_successors``), then its photos, each set in ascending id —
     the global order job -> item -> photo, which the finishes one after another (each job, item,
     photo, photo-lock rows in turn, then the next item) would cross between items. The jobs'
-    control requests are kept for ``lock_for_finish``. SQLite serializes whole transactions."""
+    control requests are kept for ``lock_for_finish``. ``plain``: the items that end by
+    ``succeed_many`` (their own row and event only), whose photos need no lock. SQLite serializes
+    whole transactions."""
     if s.get_bind().dialect.name != "postgresql" or not leases:
         return
     jobs = sorted({lease.job_id for lease in leases})
@@ -56,11 +63,67 @@ def lock_batch_finish(s: Session, leases: Sequence[Lease]) -> None:
     for job_id, control in controls:
         s.info[("finish_locked", job_id)] = control
     items = {lease.item_id for lease in leases}
+    s.info[BATCH_LOCKED] = set(items)
     items |= successor_ids(s, [(x.job_id, x.position, x.photo_ids) for x in leases if not _last_lane(x)])
     lock_items(s, items)
-    photos = [p for lease in leases for p in lease.photo_ids]
+    photos = [p for lease in leases if lease.item_id not in plain for p in lease.photo_ids]
     if photos:
         lock_photo_rows(s.connection(), photos)
+
+
+def plain_success(lease: Lease, writes: Sequence[Callable[[Session], None]] = ()) -> bool:
+    """Whether a success of the lease writes its own item's row and event only: a last lane (no next
+    lane's item or bundle to make ready), no photo locks to release, no writes of the actor's
+    (``writes``) — what ``succeed_many`` may finish together."""
+    return _last_lane(lease) and not lease.holds_locks and not writes
+
+
+def succeed_many(s: Session, done: Sequence[tuple[Lease, dict[str, Any] | None]], worker: str | None) -> None:
+    """``succeed`` for several ``plain_success`` leases at once (a batch message's items, in its
+    fenced batch session): one compare-and-set for all the items with the same result
+    (``store.queries.succeed_many_sql``; a batch's no-op results are alike), which is every one's
+    fence as ``succeed``'s is, and their events with the batch's. Raises ``StaleLease`` (the
+    caller's transaction rolls back whole) when any lease no longer holds. On PostgreSQL the items
+    are row-locked first in ascending id, unless ``lock_batch_finish`` has."""
+    if not done:
+        return
+    if not all(plain_success(lease) for lease, _ in done):
+        raise ValueError("succeed_many takes plain successes only (store.finishing.plain_success)")
+    conn = s.connection()
+    dialect = conn.dialect.name
+    if dialect == "postgresql" and not {x.item_id for x, _ in done} <= s.info.get(BATCH_LOCKED, set()):
+        lock_items(s, [x.item_id for x, _ in done])
+    groups: dict[str, list[tuple[Lease, dict[str, Any] | None]]] = {}
+    for lease, result in sorted(done, key=lambda d: d[0].item_id):
+        groups.setdefault(json.dumps(result, sort_keys=True, default=str), []).append((lease, result))
+    events: list[dict[str, Any]] = []
+    for group in groups.values():
+        params = {
+            "ids": [lease.item_id for lease, _ in group],
+            "keys": [lease.item_id * RENEW_KEY + lease.token for lease, _ in group],
+            "result": group[0][1],
+        }
+        matched = set(conn.execute(succeed_many_sql(dialect), params).scalars())
+        for lease, result in group:
+            _fence_held(s, lease, lease.item_id if lease.item_id in matched else None)
+            events.append(
+                {
+                    "type": "item_succeeded",
+                    "job_id": lease.job_id,
+                    "item_id": lease.item_id,
+                    "photo_id": lease.photo_id,
+                    "lane": lease.lane,
+                    "attempt": lease.attempt,
+                    "token": lease.token,
+                    "worker": worker,
+                    "detail": {"result": result} if result else None,
+                }
+            )
+    deferred = s.info.get(DEFERRED_EVENTS)
+    if deferred is not None:
+        deferred.extend(events)
+    else:
+        insert_events(conn, events)
 
 
 def _last_lane(lease: Lease) -> bool:

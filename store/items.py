@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .claim_refusals import claim_failed
 from .claims import can_chain_claims, claim, claim_batch, claim_chained, lane_lock_request
-from .finishing import fail, lock_batch_finish, release_locks, stop, succeed
+from .finishing import fail, lock_batch_finish, plain_success, release_locks, stop, succeed, succeed_many
 from .leases import (
     JOB_STOPPED,
     WAITING_ALONE,
@@ -50,6 +50,7 @@ __all__ = [
     "fail",
     "lane_lock_request",
     "lock_batch_finish",
+    "plain_success",
     "lock_successors",
     "mark_waiting",
     "release_locks",
@@ -60,6 +61,7 @@ __all__ = [
     "state_for",
     "stop",
     "succeed",
+    "succeed_many",
     "successors_query",
     "unfinished_in_lane",
 ]

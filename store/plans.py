@@ -18,10 +18,13 @@ from sqlalchemy.orm import Session
 from .dispatch import stale_queued_query
 from .models import PENDING, WAITING, Item, unindexed_state
 from .queries import (
+    RENEW_KEY,
+    claim_many_sql,
     mark_queued_sql,
     next_pending_job_sql,
     pending_of_job_sql,
     queued_count_sql,
+    succeed_many_sql,
     successors_query,
     unfinished_in_lane,
 )
@@ -32,6 +35,7 @@ def hot_paths(dialect: str, lane: str = "noop", job_id: int = 1) -> dict[str, Ex
     """The statements run per dispatch, per sweep pass and per finished item, by name (with example
     parameters: a few item / photo ids)."""
     ids = [1, 2, 3]
+    keys = [i * RENEW_KEY for i in ids]
     return {
         # The dispatcher's prebuilt statements (store.queries), with example parameters.
         "dispatch: next job with pending items": next_pending_job_sql(dialect).bindparams(lane=lane, after=0),
@@ -40,6 +44,12 @@ def hot_paths(dialect: str, lane: str = "noop", job_id: int = 1) -> dict[str, Ex
         ),
         "dispatch: queued count": queued_count_sql(dialect).bindparams(lane=lane),
         "dispatch: mark queued": mark_queued_sql(dialect).bindparams(ids=ids),
+        "claim: a batch message's items": claim_many_sql(dialect).bindparams(
+            ids=ids, keys=keys, lane=lane, worker="w", ttl=10.0
+        ),
+        "finish: a batch's plain successes": succeed_many_sql(dialect).bindparams(
+            ids=ids, keys=keys, result=None
+        ),
         "sweep: expired leases": expired_leases(500),
         "sweep: stale queued items": stale_queued_query(2.0, 1000),
         "finish: next lane's items of the photos": successors_query(job_id, 0, ids),

@@ -41,7 +41,7 @@ __all__ = [
 
 
 def seed_pending(
-    engine: Engine, n: int, *, lane: str = "noop", jobs: int = 1, finished: int = 0
+    engine: Engine, n: int, *, lane: str = "noop", jobs: int = 1, finished: int = 0, analyze: bool = True
 ) -> list[int]:
     """Write ``n`` pending items of ``lane`` (one photo each, fake paths) spread over ``jobs`` new,
     fully submitted jobs, after ``finished`` succeeded items of one older job (the history a real
@@ -49,14 +49,15 @@ def seed_pending(
     transaction; returns the ids of the jobs with pending items.
 
     No events are written (this is a load fixture, not a submission). On PostgreSQL the tables are
-    ANALYZEd afterwards, as autovacuum would do after such a load.
+    ANALYZEd afterwards, as autovacuum would do after such a load (``analyze`` False: not, as in a
+    big job's first minute).
     """
     pg = engine.dialect.name == "postgresql"
     with Session(engine) as s, s.begin():
         if finished:
             _seed(s, pg, finished, SUCCEEDED, lane, 1)
         job_ids = _seed(s, pg, n, PENDING, lane, jobs)
-    if pg:
+    if pg and analyze:
         with engine.connect() as conn:
             auto = conn.execution_options(isolation_level="AUTOCOMMIT")
             auto.exec_driver_sql("ANALYZE photos, items, jobs")

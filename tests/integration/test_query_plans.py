@@ -55,3 +55,18 @@ def test_full_scan_detection_can_fail() -> None:
         ]
     )
     assert not scale.full_scans(["SEARCH items USING INDEX ix_items_lease (state=?)"])
+
+
+def test_a_batch_claim_and_finish_read_only_their_items_on_a_table_never_analyzed(engine: Engine) -> None:
+    # Given 20,000 pending items written without ANALYZE (a big job's first minute: autovacuum has
+    # not looked at the table yet)
+    scale.seed_pending(engine, 20_000, analyze=False)
+    # When the database plans a batch message's claim and its plain successes
+    batch = ("claim:", "finish: a batch")
+    plans = {k: v for k, v in scale.hot_path_plans(engine).items() if k.startswith(batch)}
+    # Then each finds its items by primary key only: no scan of the lane's or the states' index
+    # ranges (the claim once read all 20,000 of the lane through ix_items_dispatch and ix_items_lease)
+    flat = "\n".join(line for lines in plans.values() for line in lines)
+    assert len(plans) == 2 and {k: scale.full_scans(v) for k, v in plans.items() if scale.full_scans(v)} == {}
+    for index in ("ix_items_dispatch", "ix_items_lease", "ix_items_job_state"):
+        assert index not in flat, plans

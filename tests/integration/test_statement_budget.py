@@ -211,3 +211,78 @@ def test_a_batch_is_claimed_and_finished_within_its_items_budget_in_two_transact
     assert len(succeed.statements) <= 8 + BATCH_EVENTS, f"batch succeed ran:\n{explain(succeed)}"
     assert len(commits) == 2
     assert event_counts(engine, "item_succeeded", job) == {lease.item_id: 1 for lease in leases if lease}
+
+
+# Issue 32: a batch message's claim and plain finish cost a fixed number of statements, whatever its
+# size (16 items here, the no-op lane's batch): one compare-and-set for every item and one INSERT of
+# their events; the finish on PostgreSQL also locks the batch's jobs and items first (lock order),
+# then one compare-and-set for every plain success (last lane, no photo lock, no writes of its own).
+BATCH_CLAIM = 2
+BATCH_PLAIN_FINISH = {"sqlite": 2, "postgresql": 4}
+
+
+def test_a_batch_claim_and_plain_finish_cost_the_same_statements_for_any_batch_size(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # Given sixteen queued no-op items in one batch message
+    photos = [store_jobs.PhotoInput(str(tmp_path / f"p{i}.jpg"), 1) for i in range(16)]
+    job = store_jobs.submit(engine, [NOOP], photos).job_id
+    published = take_for_dispatch(engine, NOOP)
+    assert len({p.group for p in published}) == 1 and len(published) == 16
+    pairs = [(p.item_id, p.token) for p in published]
+    store_items.claim(engine, NOOP, 999_999, 0, "warm-up")
+
+    # When a worker claims them as one batch and finishes them as middleware.finishing does
+    with counting(engine) as claim:
+        outcomes = store_items.claim_batch(engine, NOOP, pairs, "w", {})
+    leases = [o.lease for o in outcomes if o.lease is not None]
+    assert len(leases) == 16 and all(store_items.plain_success(lease) for lease in leases)
+    with counting(engine) as finish:
+        with fenced_batch(engine, [lease.item_id for lease in leases]) as s:
+            store_items.lock_batch_finish(s, leases, {lease.item_id for lease in leases})
+            store_items.succeed_many(s, [(lease, {"ok": True}) for lease in leases], "w")
+
+    # Then the claim is two statements and the finish a store's fixed few, and every item
+    # succeeded once, with its event
+    assert len(claim.statements) == BATCH_CLAIM, f"batch claim ran:\n{explain(claim)}"
+    budget = BATCH_PLAIN_FINISH[engine.dialect.name]
+    assert len(finish.statements) == budget, f"batch finish ran:\n{explain(finish)}"
+    assert event_counts(engine, "item_succeeded", job) == {lease.item_id: 1 for lease in leases}
+    with Session(engine) as s:
+        states = s.execute(select(Item.state, Item.result).where(Item.job_id == job)).all()
+    assert {(st, str(r)) for st, r in states} == {("succeeded", "{'ok': True}")}
+
+
+def test_a_plain_batch_finish_with_one_stale_lease_commits_nothing(engine: Engine, tmp_path: Path) -> None:
+    # Given four claimed no-op items of a batch, one of whose leases was revoked and claimed again
+    photos = [store_jobs.PhotoInput(str(tmp_path / f"p{i}.jpg"), 1) for i in range(4)]
+    job = store_jobs.submit(engine, [NOOP], photos).job_id
+    pairs = [(p.item_id, p.token) for p in take_for_dispatch(engine, NOOP)]
+    leases = [o.lease for o in store_items.claim_batch(engine, NOOP, pairs, "w1", {}) if o.lease]
+    stale = leases[2]
+    with Session(engine) as s, s.begin():
+        s.execute(
+            Item.__table__.update()
+            .where(Item.id == stale.item_id)
+            .values(state="queued", fencing_token=stale.token + 1)
+        )
+    assert store_items.claim(engine, NOOP, stale.item_id, stale.token + 1, "w2").lease is not None
+
+    # When the old holder finishes the four together
+    from store.errors import StaleLease
+
+    try:
+        with fenced_batch(engine, [lease.item_id for lease in leases]) as s:
+            store_items.lock_batch_finish(s, leases, {lease.item_id for lease in leases})
+            store_items.succeed_many(s, [(lease, None) for lease in leases], "w1")
+    except StaleLease as exc:
+        refused = exc.item_id
+    else:
+        refused = None
+
+    # Then the stale lease is named, nothing of the batch committed, and the item is the new holder's
+    assert refused == stale.item_id
+    assert event_counts(engine, "item_succeeded", job) == {}
+    with Session(engine) as s:
+        rows = dict(s.execute(select(Item.id, Item.state).where(Item.job_id == job)).all())
+    assert set(rows.values()) == {"running"}

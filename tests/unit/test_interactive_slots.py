@@ -109,3 +109,84 @@ def test_an_interactive_item_takes_the_slot_before_a_normal_thread_that_asks_aga
     # And every slot is free again
     assert gate.acquire(blocking=False)
     gate.release()
+
+
+# -- the look between a batch's items (issue 32) -----------------------------------------------------
+class _CountingLock:
+    """A lock that counts its acquisitions (a work queue's mutex, the gate module's lock)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.taken = 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        self.taken += 1
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    __enter__ = acquire
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class _Thread:
+    """What ``middleware.interactive`` reads of a Dramatiq worker thread: its work queue."""
+
+    broker = None
+
+    def __init__(self) -> None:
+        import queue
+
+        self.work_queue: queue.PriorityQueue[Any] = queue.PriorityQueue()
+        self.mutex = _CountingLock()
+        self.work_queue.mutex = self.mutex  # type: ignore[assignment]
+        for name in ("not_empty", "not_full", "all_tasks_done"):
+            setattr(self.work_queue, name, threading.Condition(self.mutex))  # type: ignore[arg-type]
+
+
+def _entry(priority: int, queue_name: str) -> Any:
+    from dramatiq.broker import MessageProxy
+    from dramatiq.worker import _WorkQueueItem
+
+    message = dramatiq.Message(queue_name=queue_name, actor_name="a", args=(), kwargs={}, options={})
+    return _WorkQueueItem(priority, MessageProxy(message))
+
+
+def test_between_items_no_lock_is_taken_while_no_interactive_message_waits(monkeypatch: Any) -> None:
+    from middleware import cpu_slots, interactive
+    from store.lanes import NORMAL_PRIORITY
+
+    # Given a worker thread whose work queue is empty, then holds a normal message; the process's
+    # CPU gate made (its module lock counted from now on)
+    thread = _Thread()
+    monkeypatch.setattr(interactive, "current_worker_thread", lambda: thread)
+    ran: list[Any] = []
+    monkeypatch.setattr(interactive, "process_inline", lambda t, entry: ran.append(entry))
+    monkeypatch.setattr(interactive, "disarm_time_limit", lambda broker: None)
+    cpu_slots.process_gate()
+    gate_lock = _CountingLock()
+    monkeypatch.setattr(cpu_slots, "_lock", gate_lock)
+
+    # When the batch's items end one after another, and a CPU-bound item asks whether to keep its slot
+    for _ in range(100):
+        assert not interactive.run_waiting_interactive()
+        assert not interactive.interactive_waits("photojobs.analysis.interactive")
+    thread.work_queue.put(_entry(NORMAL_PRIORITY, "photojobs.analysis"))
+    taken_by_put = thread.mutex.taken
+    for _ in range(100):
+        assert not interactive.run_waiting_interactive()
+        assert not interactive.interactive_waits("photojobs.analysis.interactive")
+
+    # Then no lock was taken for those looks (one cheap check per item) and nothing ran
+    assert thread.mutex.taken == taken_by_put and gate_lock.taken == 0
+    assert ran == []
+
+    # And an interactive message first is still seen, taken under the queue's lock and run
+    thread.work_queue.put(_entry(0, "photojobs.analysis.interactive"))
+    assert interactive.interactive_waits("photojobs.analysis.interactive")
+    assert interactive.run_waiting_interactive()
+    assert [e.message.queue_name for e in ran] == ["photojobs.analysis.interactive"]
+    assert thread.work_queue.qsize() == 1
