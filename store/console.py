@@ -175,9 +175,7 @@ def find_jobs(
                 if state is None or st.state == state:
                     found.append(st)
                     if len(found) == limit:
-                        more = s.execute(
-                            select(Job.id).where(*conds, Job.id < st.job_id).limit(1)
-                        ).first()
+                        more = s.execute(select(Job.id).where(*conds, Job.id < st.job_id).limit(1)).first()
                         return found, (st.job_id if more else None)
             if len(jobs) < limit:
                 return found, None

@@ -16,7 +16,7 @@ from .clock import db_now
 from .engine import reader
 from .errors import UnknownJob
 from .events import EventRecord, assign_cursors, record_of
-from .models import FAILED, PENDING, QUEUED, RUNNING, SKIPPED, TERMINAL, Event, Item, Job, Photo
+from .models import FAILED, PENDING, QUEUED, RUNNING, SKIPPED, TERMINAL, Event, Item, Job, LaneControl, Photo
 from .reasons import reason_class
 from .status import statuses
 
@@ -264,6 +264,8 @@ class MetricsSnapshot:
     oldest_queued_age: dict[str, float] = field(default_factory=dict)  # lane -> s (0: none queued)
     workers: dict[str, int] = field(default_factory=dict)  # WORKER_STATES -> n
     lane_workers: dict[str, int] = field(default_factory=dict)  # lane -> live workers serving it
+    oldest_pending_age: dict[str, float] = field(default_factory=dict)  # lane -> s (0: none ready)
+    paused: dict[str, float] = field(default_factory=dict)  # lane -> 1 paused, 0 not
 
 
 def depth_query(lane: str) -> Select[tuple[str, int]]:
@@ -279,6 +281,21 @@ def oldest_queued_query(lane: str) -> Select[tuple[float | None]]:
     """When the lane's oldest queued item was queued: a search of ``ix_items_dispatch`` over its
     queued items (at most the lane's bound of messages times its batch)."""
     return select(func.min(Item.queued_at)).where(Item.lane == lane, Item.state == QUEUED)
+
+
+def oldest_ready_queries(lane: str) -> tuple[Select[Any], Select[Any]]:
+    """When the lane's longest-waiting ready item became ready (pending or queued: ``updated_at``,
+    which queuing leaves as it was, or its ``not_before`` when later): its first pending item in
+    dispatch order — one row of ``ix_items_dispatch`` (lane, state, job_id, id), however many are
+    held back by a pause — and the oldest of its queued items (at most its bound)."""
+    first_pending = (
+        select(Item.updated_at, Item.not_before)
+        .where(Item.lane == lane, Item.state == PENDING)
+        .order_by(Item.job_id, Item.id)
+        .limit(1)
+    )
+    oldest_queued = select(func.min(Item.updated_at)).where(Item.lane == lane, Item.state == QUEUED)
+    return first_pending, oldest_queued
 
 
 def metrics(engine: Engine, lanes: Sequence[str] = ()) -> MetricsSnapshot:
@@ -298,12 +315,23 @@ def metrics(engine: Engine, lanes: Sequence[str] = ()) -> MetricsSnapshot:
         }
         depth: dict[tuple[str, str], int] = {}
         oldest: dict[str, float] = {}
+        ready_age: dict[str, float] = {}
         for lane in lanes:
             counts: dict[str, int] = {st: n for st, n in s.execute(depth_query(lane))}
             for state in DEPTH_STATES:
                 depth[(lane, state)] = int(counts.get(state, 0))
             first = s.execute(oldest_queued_query(lane)).scalar_one()
             oldest[lane] = 0.0 if first is None else max(0.0, now - first)
+            pending_q, queued_q = oldest_ready_queries(lane)
+            since = [r for r in s.execute(queued_q).scalars() if r is not None]
+            row = s.execute(pending_q).first()
+            if row is not None:
+                since.append(max(row.updated_at, row.not_before or 0.0))
+            ready_age[lane] = max(0.0, now - min(since)) if since else 0.0
+        paused = {
+            lane: 1.0 if at is not None else 0.0
+            for lane, at in s.execute(select(LaneControl.lane, LaneControl.paused_at))
+        }
         recent = (
             select(Event.lane, Event.type, Event.at)
             .where(Event.seq.is_not(None))
@@ -340,6 +368,8 @@ def metrics(engine: Engine, lanes: Sequence[str] = ()) -> MetricsSnapshot:
         oldest_queued_age=oldest,
         workers=by_state,
         lane_workers=lane_workers,
+        oldest_pending_age=ready_age,
+        paused={lane: paused.get(lane, 0.0) for lane in lanes} | paused,
     )
 
 
