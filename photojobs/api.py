@@ -443,7 +443,17 @@ class Client:
                 {
                     **entry,
                     "depth": {st: depths.get(name, {}).get(st, 0) for st in store_console.DEPTH_STATES},
-                    "workers": [{k: w[k] for k in ("id", "host", "pid", "held")} for w in serving],
+                    # Per lane: the items each worker holds of it (leased, a batch's waiting ones
+                    # too) and the threads running one of it now.
+                    "workers": [
+                        {
+                            **{k: w[k] for k in ("id", "host", "pid", "threads")},
+                            "held": w["held_by_lane"].get(name, 0),
+                            "running": sum(1 for r in w["running"] if r["lane"] == name),
+                        }
+                        for w in serving
+                    ],
+                    "running_now": sum(1 for w in workers for r in w["running"] if r["lane"] == name),
                     "finished": counts,
                     "finished_total": sum(counts),
                 }
