@@ -470,6 +470,7 @@ def item_history(engine: Engine, job_id: int, item_id: int) -> dict[str, Any]:
     claim and end times, queue wait, run time, outcome, error and (an unexpected exception's)
     bounded traceback, from the item's events — and every event of the item. ``UnknownJob`` /
     ``UnknownItem`` when either is missing (or the item is another job's)."""
+    assign_cursors(engine)
     with Session(reader(engine)) as s:
         if s.get(Job, job_id) is None:
             raise UnknownJob(job_id)

@@ -25,10 +25,11 @@ from photojobs.api import Client
 from photojobs.roots import ROOTS_ENV, parse_roots
 from store.retention import parse_age
 
-from . import errors, lanes_routes, metrics, routes
+from . import console_routes, errors, lanes_routes, metrics, routes
 from .auth import LoopbackOnly, authenticate
 from .limits import BodyLimit, LoginLimiter
 from .sse import Sequencer
+from .strict import known_query_only
 
 STATIC = Path(__file__).parent / "static"
 TOKEN_ENV = "PHOTOJOBS_API_TOKEN"  # noqa: S105 - the name of an environment variable, not a secret
@@ -169,8 +170,9 @@ def create_app(
     app.include_router(routes.public)
     app.include_router(routes.api)
     app.include_router(lanes_routes.lanes)
+    app.include_router(console_routes.console)
 
-    @app.get("/metrics", tags=["ops"], dependencies=[Depends(authenticate)])
+    @app.get("/metrics", tags=["ops"], dependencies=[Depends(authenticate), Depends(known_query_only)])
     def prometheus(request: Request) -> Response:
         """Prometheus text format: items by lane and state, queue depth, backlog, throughput, …"""
         return Response(

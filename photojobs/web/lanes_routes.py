@@ -10,8 +10,9 @@ from photojobs.api import UnknownLane
 
 from .auth import authenticate
 from .errors import ApiError
+from .strict import known_query_only
 
-lanes = APIRouter(prefix="/api", dependencies=[Depends(authenticate)])
+lanes = APIRouter(prefix="/api", dependencies=[Depends(authenticate), Depends(known_query_only)])
 
 LaneName = Annotated[str, Path(min_length=1, max_length=64, description="a lane name, e.g. exif")]
 
