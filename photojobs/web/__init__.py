@@ -183,6 +183,12 @@ def create_app(
     def dashboard() -> FileResponse:
         return FileResponse(STATIC / "dashboard.html", headers={"Cache-Control": "no-cache", **PAGE_HEADERS})
 
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> FileResponse:
+        """The console's icon (the page names ``static/favicon.svg``; this answers a browser that
+        asks for the root's icon anyway, instead of a 404 on every page)."""
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml", headers=PAGE_HEADERS)
+
     app.mount("/static", PageFiles(directory=STATIC), name="static")
     return app
 
