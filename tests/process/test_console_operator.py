@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -110,6 +111,9 @@ def test_eta_of_a_steady_job_workers_view_and_metrics_during_the_run(
                 )
             )
             if pct == 50:
+                shot = os.environ.get("PHOTOJOBS_CONSOLE_SCREENSHOT")  # docs/console.png (README's tour)
+                if shot:
+                    page.screenshot(path=shot)
                 # The workers view (another tab) names the job and item each busy thread runs
                 workers = context.new_page()
                 workers.goto(f"{server.url}/#/workers")
