@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
@@ -142,3 +143,21 @@ def test_a_paused_lane_with_ready_work_fires_the_readme_alerts(
     assert evaluate(rules["PhotojobsLaneStuck"], scrape) == set()
     assert evaluate(rules["PhotojobsLanePaused"], scrape) == set()
     assert evaluate(rules["PhotojobsLaneWithoutWorkers"], scrape) == {("noop",)}
+
+
+def test_a_job_folded_over_several_batches_is_observed_once(
+    engine: Engine, db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a job of four items run to the end before any fold, and folds of 3 events at a time
+    job = _submit(engine, tmp_path, 4)
+    for item in _items(engine, job):
+        lease = store_items.claim(engine, NOOP, item.id, 0, "w").lease
+        assert lease is not None
+        with fenced(engine, item.id, lease.token) as s:
+            store_items.succeed(s, lease, None, "w")
+    monkeypatch.setattr(counters, "FOLD_BATCH", 3)
+    # When the log is folded (batches that see the job settled before its last event is folded)
+    scrape = _scrape(engine, db_url, tmp_path)
+    # Then the job's duration is observed once, by the batch holding its last settling event
+    assert sample(scrape, "photojobs_job_duration_seconds_count") == 1
+    assert sample(scrape, "photojobs_item_run_seconds_count", lane="noop") == 4

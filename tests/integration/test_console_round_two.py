@@ -228,3 +228,50 @@ def test_a_bulk_retry_acts_on_exactly_the_jobs_the_filter_matched(
     # And a bad action or filter is a 4xx
     assert http.post("/api/bulk", json={"action": "explode", "expected": 0}).status_code in (400, 422)
     assert http.get("/api/bulk", params={"state": "bogus"}).status_code == 400
+
+
+def test_workers_name_what_each_thread_runs_count_per_lane_and_fade_out(
+    http: TestClient, engine: Engine, tmp_path: Path
+) -> None:
+    from sqlalchemy import update
+
+    from store import workers as store_workers
+    from store.models import Worker
+
+    # Given a worker of 2 threads holding 3 noop items (a batch): thread A runs one for 4 s, B idle
+    job = _submit(engine, tmp_path, 3)
+    held = _items(engine, job)
+    for item in held:
+        assert store_items.claim(engine, SPECS["noop"], item.id, 0, "host:7:n").lease is not None
+    store_workers.beat(
+        engine,
+        "host:7:n",
+        lanes=["noop", "exif"],
+        interval=0.5,
+        held=3,
+        threads=2,
+        running=[{"thread": "Thread-1", "item": held[1].id, "age": 4.0}],
+    )
+    # And a worker stopped 10 minutes ago, and one stopped just now
+    for wid in ("old:1:a", "new:2:b"):
+        store_workers.beat(engine, wid, lanes=["noop"], interval=0.5, held=0, threads=1, running=[])
+        store_workers.mark_stopped(engine, wid)
+    with Session(engine) as s, s.begin():
+        s.execute(update(Worker).where(Worker.id == "old:1:a").values(stopped_at=db_now() - 600))
+    # When the workers and the lanes are read
+    workers = {w["id"]: w for w in http.get("/api/workers").json()["workers"]}
+    lanes = {entry["lane"]: entry for entry in http.get("/api/console/lanes").json()["lanes"]}
+    # Then the busy thread is named with its job, item, lane, photo and since (its beat minus its age)
+    w = workers["host:7:n"]
+    assert w["threads"] == 2 and w["held"] == 3 and w["held_by_lane"] == {"noop": 3}
+    [run] = w["running"]
+    assert (run["thread"], run["job"], run["item"], run["lane"]) == ("Thread-1", job, held[1].id, "noop")
+    assert run["photo"] == held[1].photo_id and run["path"].endswith("p1.jpg")
+    assert abs(run["since"] - (w["last_heartbeat"] - 4.0)) < 0.01
+    # And the lanes count per lane: noop holds 3 with 1 running now; exif, served too, holds none
+    noop = next(x for x in lanes["noop"]["workers"] if x["id"] == "host:7:n")
+    exif = next(x for x in lanes["exif"]["workers"] if x["id"] == "host:7:n")
+    assert (noop["held"], noop["running"], exif["held"], exif["running"]) == (3, 1, 0, 0)
+    assert lanes["noop"]["running_now"] == 1 and lanes["exif"]["running_now"] == 0
+    # And the worker stopped 10 minutes ago has faded out; the one stopped just now is listed
+    assert "old:1:a" not in workers and workers["new:2:b"]["state"] == "stopped"
