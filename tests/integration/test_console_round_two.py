@@ -179,10 +179,21 @@ def test_a_bounded_traceback_keeps_the_innermost_frames_and_no_more_than_its_bou
         deep(200)
     except ValueError as exc:
         text = bounded_trace(exc)
-    # Then it is bounded, ends with the exception's type and a cut message, and has the raise line
-    assert len(text) <= 4000
+    # Then it keeps the innermost 30 frames, ends with the exception's type and a cut message, and
+    # has the raise line
+    assert len(text) <= 4000 and text.count('  File "') == 30
     assert text.splitlines()[-1].startswith("ValueError: bad bytes: ") and len(text.splitlines()[-1]) < 400
     assert 'raise ValueError("bad bytes: "' in text
+    # And with every frame kept it is still at most 4,000 characters, its innermost end
+    import store.errors
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(store.errors, "TRACE_FRAMES", 10_000)
+        try:
+            deep(200)
+        except ValueError as exc:
+            whole = bounded_trace(exc)
+    assert len(whole) == 4000 and whole.startswith("…") and whole.endswith(text.splitlines()[-1])
 
 
 def _partial(engine: Engine, tmp: Path, tag: str) -> int:
