@@ -129,6 +129,8 @@ def test_eta_of_a_steady_job_workers_view_and_metrics_during_the_run(
                 api_workers = http.get("/api/workers").json()["workers"]
                 assert [len(w["running"]) for w in api_workers if w["state"] == "live"] in ([2], [1])
                 assert {"job", "item", "lane", "photo", "since"} <= set(api_workers[0]["running"][0])
+                # (reported by the worker's own heartbeat: each entry names its thread)
+                assert all(r["thread"] for r in api_workers[0]["running"]), api_workers[0]["running"]
                 workers.close()
                 # And /metrics during the run has the histograms and the lane gauges
                 scrape = parse_scrape(http.get("/metrics").text)
