@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -279,6 +280,32 @@ def test_cascade_bulk_retry_deep_link_and_axe_everywhere(
         again.click("#jobs-newer")
         expect(again.locator("#jobs .job")).to_have_count(20)
         again.close()
+
+        # And the lanes chart has axes and a range choice kept in the URL
+        page.goto(f"{server.url}/#/lanes")
+        page.select_option("#lane-range", "21600")
+        expect(page).to_have_url(re.compile(r"#/lanes\?range=21600$"))
+        chart = page.locator('#lane-cards .lane-card[data-lane="noop"] svg.chart')
+        expect(chart.locator("text.tick")).to_have_count(5)
+        expect(chart).to_have_attribute("aria-label", re.compile(r"in the last 6 h 0 min"))
+        # And times can be shown in UTC; the page has an icon
+        page.goto(f"{server.url}/#/jobs/{cascade}")
+        page.select_option("#pref-times", "utc")
+        expect(page.locator("#job-times time").first).to_have_text(
+            re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$")
+        )
+        page.select_option("#pref-times", "")
+        assert httpx.get(f"{server.url}/favicon.ico").status_code == 200
+        assert page.locator('link[rel="icon"]').get_attribute("href") == "static/favicon.svg"
+        # And a server that goes away is "unreachable, retrying", and the console comes back by itself
+        server.stop()
+        page.evaluate("location.hash = '#/workers'")
+        expect(page.locator("#offline")).to_have_text("Server unreachable, retrying…")
+        expect(page.locator("#flash")).not_to_contain_text("Failed to fetch")
+        server.start()
+        expect(page.locator("#offline")).to_be_hidden()
+        expect(page.locator("#live")).to_have_text("live")
+        expect(page.locator("#workers .worker").first).to_be_visible()
 
         # And every view is axe-clean at 1280 and 390 px, light and dark (the theme control)
         routes = {
