@@ -338,15 +338,25 @@ def _running(
         return []
     if reported is None:
         return [entry(r, float(r.updated_at), None) for _, r in sorted(held.items())]
+    named = {t.get("item") for t in reported if isinstance(t, dict)}
+    # Items it holds that no thread named at its last beat, newest claim first: a thread whose
+    # named item has finished since is on one of these now (its next claim, or its batch's next).
+    others = sorted(
+        (r for i, r in held.items() if i not in named), key=lambda r: (-float(r.updated_at), r.id)
+    )
     out = []
     for t in reported:
         item = t.get("item") if isinstance(t, dict) else None
         r = held.get(item) if isinstance(item, int) else None
+        thread = str(t.get("thread") or "") if isinstance(t, dict) else ""
         if r is None:
-            continue  # finished since the beat (or never claimed by this worker)
+            if others:  # finished since the beat: the thread has moved on to a newer one
+                nxt = others.pop(0)
+                out.append(entry(nxt, float(nxt.updated_at), thread))
+            continue
         age = t.get("age")
         since = w["last_heartbeat"] - float(age) if isinstance(age, int | float) else float(r.updated_at)
-        out.append(entry(r, since, str(t.get("thread") or "")))
+        out.append(entry(r, since, thread))
     return out
 
 

@@ -24,6 +24,7 @@ from store.clock import db_now
 from store.errors import bounded_trace
 from store.fencing import fenced
 from store.lanes import all_lanes
+from store.leases import Lease
 from store.models import Event, Item
 from tests.support import make_files
 from tests.web_support import TOKEN
@@ -286,3 +287,12 @@ def test_workers_name_what_each_thread_runs_count_per_lane_and_fade_out(
     assert lanes["noop"]["running_now"] == 1 and lanes["exif"]["running_now"] == 0
     # And the worker stopped 10 minutes ago has faded out; the one stopped just now is listed
     assert "old:1:a" not in workers and workers["new:2:b"]["state"] == "stopped"
+    # When the thread's item finishes (through the fence, as its worker would) before the next beat
+    with Session(engine) as s:
+        token = s.get(Item, held[1].id).fencing_token  # type: ignore[union-attr]
+    done = Lease(held[1].id, token, job, "noop", 0, held[1].photo_id, (), 1, None, {}, [], None)
+    with fenced(engine, held[1].id, token) as s:
+        store_items.succeed(s, done, None, "host:7:n")
+    # Then the thread is shown on another item the worker holds (its next one), not as idle
+    [run] = http.get("/api/workers").json()["workers"][0]["running"]
+    assert run["thread"] == "Thread-1" and run["item"] in {held[0].id, held[2].id}

@@ -127,11 +127,19 @@ def test_eta_of_a_steady_job_workers_view_and_metrics_during_the_run(
                     expect(row).to_contain_text(f"item {item}")
                     expect(row.locator(f'a[href="#/jobs/{job}/items/{item}"]')).to_be_visible()
                     assert http.get(f"/api/jobs/{job}/items/{item}").json()["item"]["lane"] == "noop"
-                api_workers = http.get("/api/workers").json()["workers"]
-                assert [len(w["running"]) for w in api_workers if w["state"] == "live"] in ([2], [1])
-                assert {"job", "item", "lane", "photo", "since"} <= set(api_workers[0]["running"][0])
                 # (reported by the worker's own heartbeat: each entry names its thread)
-                assert all(r["thread"] for r in api_workers[0]["running"]), api_workers[0]["running"]
+                running = wait_for(
+                    lambda: (
+                        (w := http.get("/api/workers").json()["workers"][0]["running"])
+                        and len(w) == 2
+                        and all(r["thread"] for r in w)
+                        and w
+                    ),
+                    30,
+                    0.1,
+                    what="both threads named in /api/workers",
+                )
+                assert {"job", "item", "lane", "photo", "since"} <= set(running[0])
                 workers.close()
                 # And /metrics during the run has the histograms and the lane gauges
                 scrape = parse_scrape(http.get("/metrics").text)
@@ -145,6 +153,10 @@ def test_eta_of_a_steady_job_workers_view_and_metrics_during_the_run(
         assert finished["state"] == "succeeded"
         end = finished["times"]["finished_at"]
         # Then each ETA shown was within 25 % of the time the job really had left
+        print(
+            "ETA readings (percent done, ETA shown, real remaining):",
+            [(p, round(e, 1), round(end - n, 1)) for p, e, n in readings],
+        )
         for pct, eta, now in readings:
             real = end - now
             assert abs(eta - real) <= 0.25 * real, (pct, eta, real, readings)
