@@ -464,7 +464,7 @@ def metrics(engine: Engine, lanes: Sequence[str] = ()) -> MetricsSnapshot:
     jobs: dict[str, int] = {}
     for st in _job_states(engine):
         jobs[st] = jobs.get(st, 0) + 1
-    fleet = workers(engine)
+    fleet = workers(engine, faded=True)  # every registered worker, until the sweeper forgets it
     by_state = dict.fromkeys(WORKER_STATES, 0)
     lane_workers = dict.fromkeys(lanes, 0)
     for w in fleet:
