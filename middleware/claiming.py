@@ -28,7 +28,6 @@ from .validation import Rejections
 
 log = logging.getLogger("photojobs.lease")
 
-
 class ClaimStrategy(Protocol):
     def claim(self, spec: LaneSpec, message: dramatiq.Message) -> bool:
         """True once the message's context is set; False if this strategy is not for the message.

@@ -115,6 +115,7 @@ def plan_messages(
     return singles + interleaved
 
 
+
 # ``items.message_items`` of a pending item whose worker died while it was claimed in a batch
 # message (``store.sweeper.revoke_expired``): its attempt was handed back, and it rides alone next
 # time, so that if it was the one that killed the worker, its next death is charged to it alone.

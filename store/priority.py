@@ -51,3 +51,4 @@ def interactive_bound(spec: LaneSpec) -> int:
     """Most messages of the lane's interactive queue in Redis: two per thread of the fleet for the
     lane, at least ``INTERACTIVE_BOUND_MIN`` (a small job's retries each travel alone)."""
     return max(INTERACTIVE_BOUND_MIN, 2 * spec.threads * spec.fleet_processes)
+

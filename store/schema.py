@@ -44,5 +44,5 @@ def head_revision() -> str:
     cfg.set_main_option("script_location", str(MIGRATIONS))
     head = ScriptDirectory.from_config(cfg).get_current_head()
     if head is None:
-        raise RuntimeError("internal error: expected head is not None")
+        raise RuntimeError('internal error: expected head is not None')
     return head
