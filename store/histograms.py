@@ -18,6 +18,7 @@ web server (a store-wide figure: aggregate with ``max``, never ``sum``, across w
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -75,24 +76,38 @@ CHUNK = 500
 
 
 class Tally:
-    """Bucket increments of one fold, by (counter name, lane)."""
+    """Bucket increments of one fold: per (histogram, lane), how many observations fell in each
+    bucket (not cumulative) and their sum; ``values`` turns them into the counters rows."""
 
     def __init__(self) -> None:
-        self.values: dict[tuple[str, str], int] = {}
+        self._counts: dict[tuple[Histogram, str], list[int]] = {}
+        self._sums: dict[tuple[Histogram, str], float] = {}
 
     def observe(self, h: Histogram, lane: str, seconds: float) -> None:
         if not math.isfinite(seconds):
             return
         seconds = max(0.0, seconds)
-        lane = lane if h.by_lane else ""
-        for le in h.buckets:
-            if seconds <= le:
-                self._add(h.counter(le), lane, 1)
-        self._add(h.counter("inf"), lane, 1)
-        self._add(h.counter(SUM), lane, int(round(seconds * 1000)))
+        key = (h, lane if h.by_lane else "")
+        counts = self._counts.get(key)
+        if counts is None:
+            counts = self._counts[key] = [0] * (len(h.buckets) + 1)
+            self._sums[key] = 0.0
+        counts[bisect_left(h.buckets, seconds)] += 1  # the first bucket whose bound is >= seconds
+        self._sums[key] += seconds
 
-    def _add(self, name: str, lane: str, n: int) -> None:
-        self.values[(name, lane)] = self.values.get((name, lane), 0) + n
+    @property
+    def values(self) -> dict[tuple[str, str], int]:
+        """(counter name, lane) -> increment: each bucket cumulative, ``inf`` the count, the sum in ms."""
+        out: dict[tuple[str, str], int] = {}
+        for (h, lane), counts in self._counts.items():
+            running = 0
+            for le, n in zip(h.buckets, counts, strict=False):
+                running += n
+                if running:
+                    out[(h.counter(le), lane)] = running
+            out[(h.counter("inf"), lane)] = running + counts[-1]
+            out[(h.counter(SUM), lane)] = int(round(self._sums[(h, lane)] * 1000))
+        return out
 
 
 def _seconds(value: Any) -> float | None:
