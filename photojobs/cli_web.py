@@ -170,7 +170,7 @@ def items(
 @click.option("--json", "as_json", is_flag=True)
 def retry(job: int, lane: str | None, as_json: bool) -> None:
     """Put JOB's failed and cancelled items back to work (and the later lanes they held up)."""
-    client = _client()
+    client = _client(existing=True)
     try:
         n = client.retry(job, lane)
     except UnknownJob as exc:
@@ -199,7 +199,7 @@ def prune(older_than: str, as_json: bool) -> None:
         seconds = parse_age(older_than)
     except ValueError as exc:
         _fail(str(exc), EX_USAGE)
-    done = _client().prune(seconds)
+    done = _client(existing=True).prune(seconds)
     if as_json:
         click.echo(json.dumps(done.as_dict()))
     else:
