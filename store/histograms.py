@@ -9,7 +9,7 @@ web server (a store-wide figure: aggregate with ``max``, never ``sum``, across w
   (carried in the event's detail since revision 0013; both database clock);
 * ``wait`` per lane — an attempt's queue wait, ready -> claim: the ``waited`` of its
   ``item_claimed`` event (``store.queries.claim_sql``: the claim time minus the later of the
-  item's last change before it and its ``not_before``);
+  item's last change before it: queuing and a deferral keep it, a retry's backoff counts);
 * ``job`` — a job's duration, created -> its last item settled: observed by the fold that folds
   the job's last settling event while nothing of the job is left to run (a retried job that
   settles again is observed again).

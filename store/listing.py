@@ -398,7 +398,7 @@ def oldest_queued_query(lane: str) -> Select[tuple[float | None]]:
 
 def oldest_ready_queries(lane: str) -> tuple[Select[Any], Select[Any]]:
     """When the lane's longest-waiting ready item became ready (pending or queued: ``updated_at``,
-    which queuing leaves as it was, or its ``not_before`` when later): its first pending item in
+    which queuing and deferrals leave as it was): its first pending item in
     dispatch order — one row of ``ix_items_dispatch`` (lane, state, job_id, id), however many are
     held back by a pause — and the oldest of its queued items (at most its bound)."""
     first_pending = (
@@ -439,7 +439,7 @@ def metrics(engine: Engine, lanes: Sequence[str] = ()) -> MetricsSnapshot:
             since = [r for r in s.execute(queued_q).scalars() if r is not None]
             row = s.execute(pending_q).first()
             if row is not None:
-                since.append(max(row.updated_at, row.not_before or 0.0))
+                since.append(row.updated_at)
             ready_age[lane] = max(0.0, now - min(since)) if since else 0.0
         paused = {
             lane: 1.0 if at is not None else 0.0

@@ -110,7 +110,7 @@ class Item(Base):
     not_before: Mapped[float] = mapped_column(Float, default=0.0)
     queued_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     # When the current attempt became ready (revision 0013): written by its claim from the row's old
-    # ``updated_at``/``not_before``; the claim's event carries the queue wait (ready -> claim).
+    # ``updated_at`` (queuing and deferrals keep it); the claim's event carries the wait (ready -> claim).
     ready_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     # While queued: the items its message carries (a batch message's size; NULL: one); kept while
     # running (> 1: claimed from a batch message). 0 (ALONE, store.dispatch): its worker died while

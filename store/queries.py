@@ -62,12 +62,11 @@ def claim_sql(dialect: str) -> TextualSelect:
     needs (the photo's current path, the job's parameters). No row: not claimable
     (``store.claims.claim`` then says why)."""
     now = sql_now(dialect)
-    later = "GREATEST" if dialect == "postgresql" else "max"  # the larger of two values
     return text(
         f"""
         UPDATE items SET state = 'running', fencing_token = fencing_token + 1, attempt = attempt + 1,
             lease_owner = :worker, lease_ttl = :ttl, lease_expires_at = {now} + :ttl,
-            ready_at = {later}(updated_at, not_before), queued_at = NULL, updated_at = {now}
+            ready_at = updated_at, queued_at = NULL, updated_at = {now}
         WHERE id = :item_id AND fencing_token = :token AND lane = :lane
             AND state IN ('queued', 'pending')
             AND NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.id = items.job_id AND jobs.submitting)

@@ -122,6 +122,10 @@ def test_a_paused_lane_with_ready_work_fires_the_readme_alerts(
     job = _submit(engine, tmp_path, 40)
     _ready_ago(engine, job, 1200.0)
     lane_control.pause_lane(engine, "noop", by="test")
+    # And a worker got the first item's message during the pause: its claim was deferred
+    first = _items(engine, job)[0]
+    refused = store_items.claim(engine, NOOP, first.id, 0, "w")
+    assert refused.lease is None and refused.refusal is not None and refused.refusal.name == "LANE_PAUSED"
     # When /metrics is scraped
     scrape = _scrape(engine, db_url, tmp_path)
     # Then the gauges say so

@@ -746,8 +746,10 @@
     pattern: /^\/events$/,
     title: () => "events",
     load: async (m, params) => {
-      $("#event-type").value = params.get("type") || "";
-      if ($("#event-type").value !== (params.get("type") || "")) $("#event-type").value = "";
+      const type = params.get("type") || "";
+      const sel = $("#event-type");
+      if (type && ![...sel.options].some((o) => o.value === type)) sel.append(el("option", { value: type }, type));
+      sel.value = type;
       $("#event-job").value = params.get("job") || "";
       const q = { tail: 100 };
       if (params.get("type")) q.type = params.get("type");

@@ -1,7 +1,7 @@
 """console_round_two: an item's ready time at its claim, and what each worker thread runs (issue 33)
 
-- ``items.ready_at``: when the item's current attempt became ready (the later of its last state
-  change before the claim and its ``not_before``), written by the claim's compare-and-set from the
+- ``items.ready_at``: when the item's current attempt became ready (its ``updated_at`` before the
+  claim, which queuing and deferrals keep), written by the claim's compare-and-set from the
   row's old values (no extra statement): the claim's ``item_claimed`` event carries the queue wait
   (ready -> claim) that ``/metrics`` folds into ``photojobs_item_queue_wait_seconds``.
 - ``workers.threads``: the worker process's thread count; ``workers.running``: what each of its
