@@ -1,5 +1,7 @@
 """The operator console's reads and narrow controls: jobs found by state (through an index) and by
-text, a job's times and ETA, lane depth and throughput, and the retry or discard of chosen failures.
+text, a job's times and ETA (each lane's rate over the time it was busy), lane depth and
+throughput, the retry or discard of chosen failures, an item's attempts, the filtered event feed
+and the jobs a bulk action acts on.
 
 A job's state is derived from its items (``store.jobs.derive_job_state``, the one place that decides
 it). The state filter does not recompute it for every job: for each state it asks the database for
