@@ -136,8 +136,31 @@ def current() -> ItemContext:
     return ctx
 
 
+# What each worker thread of this process runs now: thread id -> (thread name, item id, since as
+# ``time.monotonic()``). Read once per heartbeat (``running_now``) for the worker registry, so the
+# console names the job and item each busy thread runs; no store write of its own.
+_running: dict[int, tuple[str, int, float]] = {}
+_running_lock = threading.Lock()
+
+
 def set_current(ctx: ItemContext | None) -> None:
     _local.ctx = ctx
+    ident = threading.get_ident()
+    with _running_lock:
+        if ctx is None:
+            _running.pop(ident, None)
+        else:
+            _running[ident] = (threading.current_thread().name, ctx.item_id, time.monotonic())
+
+
+def running_now() -> list[dict[str, Any]]:
+    """Each busy thread of this process: ``{"thread", "item", "age"}`` (seconds it has run the item)."""
+    now = time.monotonic()
+    with _running_lock:
+        rows = list(_running.values())
+    return [
+        {"thread": name, "item": item, "age": round(now - since, 2)} for name, item, since in sorted(rows)
+    ]
 
 
 def peek_current() -> ItemContext | None:

@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from store import items as store_items
-from store.errors import StaleLease, error_text
+from store.errors import StaleLease, bounded_trace, error_text
 from store.fencing import fenced, fenced_batch
 from store.items import lane_lock_request
 from store.lanes import LaneSpec
@@ -133,7 +133,8 @@ class Finisher:
         permanent = isinstance(exception, throws)
         error = str(exception) if permanent else f"{type(exception).__name__}: {exception}"
         retry = not permanent
-        return "fail", lambda s: store_items.fail(s, spec, lease, error, who, retry=retry)
+        trace = None if permanent else bounded_trace(exception)  # an unexpected exception's traceback
+        return "fail", lambda s: store_items.fail(s, spec, lease, error, who, retry=retry, trace=trace)
 
     def _alone(self, ctx: ItemContext, what: str, write: Callable[[Session], Any]) -> None:
         """One item's finish in a fenced transaction of its own."""

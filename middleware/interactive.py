@@ -38,6 +38,9 @@ from .dramatiq_compat import (
 
 log = logging.getLogger("photojobs.interactive")
 _local = threading.local()
+#: Only a message whose Dramatiq priority is below this runs between a batch's items (an interactive
+#: one): the one threshold of the fast look, the look with a queue name and the take.
+RUNS_INLINE_BELOW = NORMAL_PRIORITY
 
 
 def _free_worker_thread() -> WorkerThread | None:
@@ -53,7 +56,7 @@ def _interactive_first(thread: WorkerThread) -> bool:
     (``take_first_below`` looks again under the lock). The one check per item while no
     interactive message waits: no lock, no call into the queue."""
     try:
-        return bool(thread.work_queue.queue[0].priority < NORMAL_PRIORITY)
+        return bool(thread.work_queue.queue[0].priority < RUNS_INLINE_BELOW)
     except IndexError:
         return False
 
@@ -66,7 +69,7 @@ def interactive_waits(queue_name: str | None = None) -> bool:
     thread = _free_worker_thread()
     if thread is None or not _interactive_first(thread):
         return False
-    return first_is_below(thread.work_queue, NORMAL_PRIORITY, queue_name)
+    return first_is_below(thread.work_queue, RUNS_INLINE_BELOW, queue_name)
 
 
 def run_waiting_interactive() -> bool:
@@ -86,7 +89,7 @@ def _run_waiting_interactive() -> bool:
     thread = _free_worker_thread()
     if thread is None or not _interactive_first(thread):
         return False
-    entry = take_first_below(thread.work_queue, NORMAL_PRIORITY)
+    entry = take_first_below(thread.work_queue, RUNS_INLINE_BELOW)
     if entry is None:
         return False
     batch, item = current_batch(), peek_current()

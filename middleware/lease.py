@@ -133,7 +133,7 @@ class LeaseMiddleware(Middleware):
         )
         self.heartbeat.interval = heartbeat_interval_for(served, self.heartbeat_interval)
         log.debug("heartbeat every %.2f s for lanes %s", self.heartbeat.interval, [s.name for s in served])
-        self.presence.boot(s.name for s in served)
+        self.presence.boot((s.name for s in served), threads=getattr(worker, "worker_threads", None))
         self.preclaims.worker = worker  # its work queue: the messages a finish may claim
         self.preclaims.enabled = self.preclaims.enabled and store_items.can_chain_claims(self.engine)
 

@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 from store import workers as store_workers
 from store.errors import error_text
 
+from .context import running_now
 from .heartbeat import BEAT_LOCK, Heartbeat
 
 log = logging.getLogger("photojobs.heartbeat")
@@ -37,13 +38,16 @@ class Presence:
     def __init__(self, owner: Owner) -> None:
         self.owner = owner
         self.lanes: list[str] = []
+        self.threads: int | None = None
         self.booted = False
         self.stopped = False
         self._failing = False
 
-    def boot(self, lanes: Iterable[str]) -> None:
-        """The worker booted serving ``lanes``: register it now (not one interval later)."""
+    def boot(self, lanes: Iterable[str], threads: int | None = None) -> None:
+        """The worker booted serving ``lanes`` with ``threads`` worker threads: register it now (not
+        one interval later)."""
         self.lanes = sorted(lanes)
+        self.threads = threads
         self.booted = True
         self.beat(len(self.owner.heartbeat.running()))
 
@@ -58,6 +62,8 @@ class Presence:
                 lanes=self.lanes,
                 interval=self.owner.heartbeat.interval,
                 held=held,
+                threads=self.threads,
+                running=running_now(),
             )
         )
 

@@ -454,6 +454,50 @@ class Client:
         ``NotApplicable`` when none of them is failed."""
         return store_console.discard(self.engine, job_id, items)
 
+    def item_history(self, job_id: int, item_id: int) -> dict[str, Any]:
+        """An item with its attempts (worker, times, outcome, error, traceback) and its events."""
+        return store_console.item_history(self.engine, job_id, item_id)
+
+    def feed(
+        self,
+        *,
+        job_id: int | None = None,
+        item_id: int | None = None,
+        types: Collection[str] = (),
+        limit: int = 50,
+        after: int | None = None,
+    ) -> list[store_events.EventRecord]:
+        """Events filtered by job, item and types: the next ``limit`` after a cursor, or the newest."""
+        return store_console.feed(
+            self.engine, job_id=job_id, item_id=item_id, types=types, limit=limit, after=after
+        )
+
+    def bulk(self, action: str, job_ids: Collection[int]) -> dict[str, int]:
+        """``action`` (``retry`` failed items, ``cancel``, ``discard`` failed items) on each of
+        ``job_ids``, one job at a time (each job's own transaction, as the single actions):
+        ``{"jobs": changed jobs, "items": items changed, "skipped": jobs it did not apply to}``."""
+        done = {"jobs": 0, "items": 0, "skipped": 0}
+        for job_id in job_ids:
+            try:
+                if action == "cancel":
+                    n = self.control("cancel", job_id)
+                else:
+                    failed = store_console.failed_items(self.engine, job_id)
+                    if not failed:
+                        done["skipped"] += 1
+                        continue
+                    n = (
+                        self.retry(job_id, items=failed)
+                        if action == "retry"
+                        else self.discard(job_id, failed)
+                    )
+            except (NotApplicable, UnknownJob):
+                done["skipped"] += 1
+                continue
+            done["jobs"] += 1
+            done["items"] += n
+        return done
+
     def lane_overview(self, *, window: float = 3600.0, bucket: float = 60.0) -> dict[str, Any]:
         """Every lane: pause state, queue depth by state, live workers serving it and items finished
         per ``bucket`` over the last ``window`` seconds (server-side, from the event log)."""
@@ -470,7 +514,17 @@ class Client:
                 {
                     **entry,
                     "depth": {st: depths.get(name, {}).get(st, 0) for st in store_console.DEPTH_STATES},
-                    "workers": [{k: w[k] for k in ("id", "host", "pid", "held")} for w in serving],
+                    # Per lane: the items each worker holds of it (leased, a batch's waiting ones
+                    # too) and the threads running one of it now.
+                    "workers": [
+                        {
+                            **{k: w[k] for k in ("id", "host", "pid", "threads")},
+                            "held": w["held_by_lane"].get(name, 0),
+                            "running": sum(1 for r in w["running"] if r["lane"] == name),
+                        }
+                        for w in serving
+                    ],
+                    "running_now": sum(1 for w in workers for r in w["running"] if r["lane"] == name),
                     "finished": counts,
                     "finished_total": sum(counts),
                 }

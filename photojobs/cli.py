@@ -39,7 +39,9 @@ def _existing_database(settings: Settings) -> None:
         raise ServiceUnavailable(
             "the database",
             masked(settings.database_url),
-            f"{where} (nothing was created; `photojobs submit` or `photojobs db upgrade` creates it)",
+            f"{where} (nothing was created): point at a store with --state-dir DIR (`make demo`'s "
+            "is --state-dir .photojobs) or PHOTOJOBS_DATABASE_URL; `photojobs submit` or "
+            "`photojobs db upgrade` creates one",
         )
 
 
@@ -451,7 +453,7 @@ def lane_resume(name: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def lane_list(as_json: bool) -> None:
     """Every lane and whether it is paused (and since when)."""
-    lanes = _client().lanes()
+    lanes = _client(existing=True).lanes()
     if as_json:
         echo(json.dumps(lanes))
         return

@@ -27,9 +27,15 @@ def _fail(message: str, code: int = 1) -> None:
     sys.exit(code)
 
 
-def _client():  # type: ignore[no-untyped-def]
+def _client(existing: bool = False):  # type: ignore[no-untyped-def]
+    """The API client; ``existing``: a read-only command, whose store must exist (never created)."""
     from photojobs.api import Client
 
+    if existing:
+        from photojobs.cli import _existing_database
+        from photojobs.config import Settings
+
+        _existing_database(Settings.from_env())
     return Client()
 
 
@@ -102,7 +108,7 @@ def _status_json(st: Any) -> dict[str, Any]:
 @click.option("--after", type=int, help="Continue after this job id (the previous page's next).")
 @click.option("--json", "as_json", is_flag=True, help='Print {"jobs": [STATUS, …], "next": …}.')
 def jobs(job_state: str | None, limit: int, after: int | None, as_json: bool) -> None:
-    """List jobs, newest first, with their state and progress (``--state DIR``: a run's folder)."""
+    """List jobs, newest first, with their state and progress (--state-dir DIR: a run's folder)."""
     if store_folder(job_state):
         use_state_dir(Path(job_state or ""))
         job_state = None
@@ -110,7 +116,7 @@ def jobs(job_state: str | None, limit: int, after: int | None, as_json: bool) ->
 
     if job_state and job_state not in JOB_STATES:
         _fail(f"unknown job state {job_state!r}; states: {', '.join(JOB_STATES)}", EX_USAGE)
-    found, nxt = _client().list_jobs(state=job_state, limit=limit, after=after)
+    found, nxt = _client(existing=True).list_jobs(state=job_state, limit=limit, after=after)
     if as_json:
         echo(json.dumps({"jobs": [_status_json(j) for j in found], "next": nxt}))
         return
@@ -137,7 +143,7 @@ def jobs(job_state: str | None, limit: int, after: int | None, as_json: bool) ->
 def items(
     job: int, item_state: str | None, lane: str | None, limit: int, after: int | None, as_json: bool
 ) -> None:
-    """List a job's items (photo, lane, state, attempts, error), by id (``--state DIR``: a run's folder)."""
+    """List a job's items (photo, lane, state, attempts, error), by id (--state-dir DIR: a run's folder)."""
     from store.models import ALL_STATES
 
     if store_folder(item_state):
@@ -146,7 +152,7 @@ def items(
     if item_state and item_state not in ALL_STATES:
         _fail(f"unknown item state {item_state!r}; states: {', '.join(ALL_STATES)}", EX_USAGE)
     try:
-        rows, nxt = _client().items(job, state=item_state, lane=lane, limit=limit, after=after)
+        rows, nxt = _client(existing=True).items(job, state=item_state, lane=lane, limit=limit, after=after)
     except UnknownJob as exc:
         _fail(str(exc))
     if as_json:
@@ -165,7 +171,7 @@ def items(
 @click.option("--json", "as_json", is_flag=True)
 def retry(job: int, lane: str | None, as_json: bool) -> None:
     """Put JOB's failed and cancelled items back to work (and the later lanes they held up)."""
-    client = _client()
+    client = _client(existing=True)
     try:
         n = client.retry(job, lane)
     except UnknownJob as exc:
@@ -194,7 +200,7 @@ def prune(older_than: str, as_json: bool) -> None:
         seconds = parse_age(older_than)
     except ValueError as exc:
         _fail(str(exc), EX_USAGE)
-    client = _client()
+    client = _client(existing=True)
     done = client.prune(seconds)
     try:  # displaced originals kept for undo: PHOTOJOBS_HISTORY_KEEP (default 30d), not --older-than
         originals = client.prune_history()

@@ -51,8 +51,30 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # the originals were real files
     if not hashes:
-        raise RuntimeError('internal error: expected hashes')
+        raise RuntimeError("internal error: expected hashes")
+    print(next_steps(state))
     return 0 if code in (0, 1) else code
+
+
+def next_steps(state: Path) -> str:
+    """The two commands to try next: the job's status, and the console on the demo's store."""
+    try:
+        where = state.relative_to(Path.cwd())
+    except ValueError:
+        where = state
+    exe = Path(sys.executable).parent / "photojobs"
+    if exe.is_file():
+        try:
+            cmd = str(exe.relative_to(Path.cwd()))
+        except ValueError:
+            cmd = str(exe)
+    else:
+        cmd = "photojobs"
+    return (
+        "next:\n"
+        f"  {cmd} status --state-dir {where}                    # the demo job's status\n"
+        f"  {cmd} serve --state-dir {where} --insecure-local    # the console: http://127.0.0.1:8765/"
+    )
 
 
 if __name__ == "__main__":

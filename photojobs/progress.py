@@ -58,6 +58,11 @@ def failure_lines(job_id: int, groups: Sequence[Mapping[str, Any]], where: str =
     out = ["failures by reason:"]
     for g in groups:
         out.append(f"  {g['count']} × {g['state']} in {g['lane']}: {shown(g['reason'])}")
+        cascade = g.get("cascade") or {}
+        if cascade:  # the later lanes' items skipped because of it (folded under their cause)
+            lanes = ", ".join(f"{n} in {lane}" for lane, n in cascade.items())
+            skipped = sum(cascade.values())
+            out.append(f"      and {skipped} skipped in {len(cascade)} later lane(s): {shown(lanes)}")
         for x in g["examples"]:
             out.append(f"      item {x['item']}: {shown(x.get('path') or '(no photo)')}")
         more = g["count"] - len(g["examples"])

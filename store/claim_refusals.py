@@ -42,8 +42,7 @@ def unclaim(
             lease_owner=None,
             lease_expires_at=None,
             queued_at=None,
-            not_before=db_now() + delay,
-            updated_at=db_now(),
+            not_before=db_now() + delay,  # ``updated_at`` kept: when it became ready (see ``_defer``)
         )
     )
     emit(
@@ -124,7 +123,9 @@ def _defer(s: Session, item: Item, worker: str | None, delay: float, detail: dic
     s.execute(
         update(Item)
         .where(Item.id == item.id)
-        .values(state=PENDING, queued_at=None, not_before=db_now() + delay, updated_at=db_now())
+        # ``updated_at`` stays when the item became ready: a deferral is a wait, not a new start
+        # (the claim's ``ready_at``, the lane's oldest ready age in /metrics).
+        .values(state=PENDING, queued_at=None, not_before=db_now() + delay)
     )
     emit_for(s, "item_deferred", item, worker, detail)
 

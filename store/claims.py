@@ -245,7 +245,7 @@ def _claim_rest(
         "attempt": row.attempt,
         "token": new_token,
         "worker": worker,
-        "detail": _claim_detail(photo_ids, batch),
+        "detail": _claim_detail(photo_ids, batch, _waited(row)),
     }
     if events is None:
         conn.execute(event_sql(conn.dialect.name), claimed)
@@ -267,11 +267,23 @@ def _claim_rest(
         photo_path=current.get(row.photo_id, row.photo_path),
         job_lanes=lanes,
         holds_locks=holds,
+        claimed_at=getattr(row, "claimed_at", None),
+        ready_at=getattr(row, "ready_at", None),
     )
 
 
-def _claim_detail(photo_ids: Sequence[int], batch: int) -> dict[str, Any] | None:
+def _waited(row: Any) -> float | None:
+    """Seconds from the attempt's ready time to its claim (both database clock), or None."""
+    claimed, ready = getattr(row, "claimed_at", None), getattr(row, "ready_at", None)
+    if claimed is None or ready is None:
+        return None
+    return round(max(0.0, float(claimed) - float(ready)), 4)
+
+
+def _claim_detail(photo_ids: Sequence[int], batch: int, waited: float | None = None) -> dict[str, Any] | None:
     detail: dict[str, Any] = {}
+    if waited is not None:
+        detail["waited"] = waited  # ready -> claim (``photojobs_item_queue_wait_seconds``)
     if len(photo_ids) > 1:
         detail["photos"] = list(photo_ids)
     if batch > 1:

@@ -1,5 +1,7 @@
 """The operator console's reads and narrow controls: jobs found by state (through an index) and by
-text, a job's times and ETA, lane depth and throughput, and the retry or discard of chosen failures.
+text, a job's times and ETA (each lane's rate over the time it was busy), lane depth and
+throughput, the retry or discard of chosen failures, an item's attempts, the filtered event feed
+and the jobs a bulk action acts on.
 
 A job's state is derived from its items (``store.jobs.derive_job_state``, the one place that decides
 it). The state filter does not recompute it for every job: for each state it asks the database for
@@ -13,10 +15,24 @@ import threading
 import time
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, Integer, String, and_, cast, exists, func, not_, or_, select, text, update
+from sqlalchemy import (
+    Engine,
+    Integer,
+    String,
+    and_,
+    case,
+    cast,
+    exists,
+    func,
+    not_,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
@@ -24,7 +40,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from .clock import db_now
 from .engine import reader
 from .errors import NotApplicable, SearchBusy, SearchTooCostly, UnknownJob
-from .events import emit_many
+from .events import EventRecord, assign_cursors, emit_many, record_of
 from .lanes import LANE_NAMES
 from .listing import MAX_PAGE
 from .models import (
@@ -79,7 +95,7 @@ DEPTH_STATES = (WAITING, PENDING, QUEUED, RUNNING, PAUSED)
 FINISH_EVENTS = ("item_succeeded", "item_failed")
 # Throughput is read from the newest events only (by primary key, no time index needed).
 RECENT_EVENTS = 200_000
-ETA_WINDOW = 600.0  # a lane's recent rate: items finished over the last 10 minutes
+ETA_WINDOW = 600.0  # a lane's rate: items finished over its busy time within the last 10 minutes
 DISCARDED = "item_discarded"
 
 
@@ -193,9 +209,7 @@ def find_jobs(
                 if state is None or st.state == state:
                     found.append(st)
                     if len(found) == limit:
-                        more = s.execute(
-                            select(Job.id).where(*conds, Job.id < st.job_id).limit(1)
-                        ).first()
+                        more = s.execute(select(Job.id).where(*conds, Job.id < st.job_id).limit(1)).first()
                         return found, (st.job_id if more else None)
             if len(jobs) < limit:
                 return found, None
@@ -251,7 +265,10 @@ class JobTimes:
     started_at: float | None  # its first claim (from the event log; None before, or once pruned)
     finished_at: float | None  # its last item's finish, once nothing is left to run
     now: float
-    eta: float | None  # seconds until its remaining items finish at the lanes' recent rates
+    eta: (
+        float | None
+    )  # seconds until its remaining items finish at the lanes' measured rates (None: measuring)
+    rates: dict[str, float] = field(default_factory=dict)  # lane -> items/s over its busy time
 
     def as_dict(self) -> dict[str, Any]:
         end = self.finished_at if self.finished_at is not None else self.now
@@ -264,6 +281,7 @@ class JobTimes:
             "ran": None if self.started_at is None else max(0.0, end - self.started_at),
             "took": None if self.finished_at is None else max(0.0, self.finished_at - self.created_at),
             "eta": self.eta,
+            "rates": self.rates,
         }
 
 
@@ -284,17 +302,21 @@ def job_times(engine: Engine, status: JobStatus) -> JobTimes:
         if not any(remaining.values()) and status.state not in ("submitting",):
             finished = s.execute(select(func.max(Item.updated_at)).where(Item.job_id == job_id)).scalar()
     eta: float | None = None
-    if any(remaining.values()):
-        rates = lane_rates(engine, [lane for lane, n in remaining.items() if n], window=ETA_WINDOW)
-        if all(rates.get(lane, 0.0) > 0 for lane, n in remaining.items() if n):
+    rates: dict[str, float] = {}
+    left = [lane for lane, n in remaining.items() if n]
+    if left:
+        measured = lane_rates(engine, left, window=ETA_WINDOW, busy_now=left)
+        rates = {lane: round(r.per_second, 4) for lane, r in measured.items() if r.finished}
+        if all(measured[lane].stable and measured[lane].per_second > 0 for lane in left):
             # The lanes of a pipeline run one after another for each photo: the slowest bounds it.
-            eta = max(n / rates[lane] for lane, n in remaining.items() if n)
+            eta = max(remaining[lane] / measured[lane].per_second for lane in left)
     return JobTimes(
         created_at=status.created_at,
         started_at=None if started is None else float(started),
         finished_at=None if finished is None else float(finished),
         now=now,
         eta=eta,
+        rates=rates,
     )
 
 
@@ -352,10 +374,79 @@ def lane_throughput(
     return start, out
 
 
-def lane_rates(engine: Engine, lanes: Collection[str], *, window: float = ETA_WINDOW) -> dict[str, float]:
-    """Items finished per second in each of ``lanes`` over the last ``window`` seconds."""
-    _, series = lane_throughput(engine, window=window, bucket=window, lanes=lanes)
-    return {lane: sum(series.get(lane, [0])) / window for lane in lanes}
+ETA_BUCKET = 10.0  # seconds per bucket of the busy-time query
+IDLE_GAP = 120.0  # no claim and no finish in a lane for this long: it was idle, its rate restarts after
+ETA_MIN_FINISHED = 10  # an ETA is shown once its lanes' rates rest on this many finished items ...
+ETA_MIN_SPAN = 5.0  # ... over at least this many seconds of busy time
+
+
+@dataclass(frozen=True)
+class LaneRate:
+    """A lane's measured rate: ``finished`` items over ``busy`` seconds of work since ``since``."""
+
+    finished: int
+    busy: float
+    since: float
+
+    @property
+    def per_second(self) -> float:
+        return self.finished / self.busy if self.busy > 0 else 0.0
+
+    @property
+    def stable(self) -> bool:
+        return self.finished >= ETA_MIN_FINISHED and self.busy >= ETA_MIN_SPAN
+
+
+def lane_rates(
+    engine: Engine, lanes: Collection[str], *, window: float = ETA_WINDOW, busy_now: Collection[str] = ()
+) -> dict[str, LaneRate]:
+    """Each lane's rate over the time it has actually been busy within the last ``window`` seconds:
+    items finished (succeeded or failed) since its work started — its first claim or finish after
+    the last gap of ``IDLE_GAP`` seconds with neither — divided by the time from then to now while
+    it is still busy (``busy_now``: lanes with unfinished work), else to its last finish. One
+    grouped read of the newest ``RECENT_EVENTS`` events (``ETA_BUCKET``-second buckets with their
+    first and last event times), so a lane busy for 30 s is not divided by 10 minutes."""
+    if not lanes:
+        return {}
+    bucket = ETA_BUCKET
+    with Session(reader(engine)) as s:
+        now = float(s.execute(select(db_now())).scalar_one())
+        start = now - window
+        floor_id = s.execute(
+            select(Event.id).order_by(Event.id.desc()).offset(RECENT_EVENTS).limit(1)
+        ).scalar_one_or_none()
+        slot = _bucket_expr(engine, start, bucket).label("slot")
+        finished = func.sum(case((Event.type.in_(FINISH_EVENTS), 1), else_=0))
+        q = (
+            select(Event.lane, slot, finished, func.min(Event.at), func.max(Event.at))
+            .where(
+                Event.type.in_((*FINISH_EVENTS, "item_claimed")),
+                Event.at >= start,
+                Event.lane.in_(tuple(lanes)),
+            )
+            .group_by(Event.lane, slot)
+        )
+        if floor_id is not None:
+            q = q.where(Event.id > floor_id)
+        rows = s.execute(q).all()
+    by_lane: dict[str, list[tuple[int, int, float, float]]] = {}
+    for lane, i, n, first, last in rows:
+        by_lane.setdefault(lane, []).append((int(i), int(n or 0), float(first), float(last)))
+    out: dict[str, LaneRate] = {}
+    for lane in lanes:
+        buckets = sorted(by_lane.get(lane, []))
+        if not buckets:
+            out[lane] = LaneRate(0, 0.0, now)
+            continue
+        begin = 0
+        for k in range(1, len(buckets)):
+            if buckets[k][2] - buckets[k - 1][3] > IDLE_GAP:
+                begin = k  # idle before this bucket: the rate starts after the gap
+        run = buckets[begin:]
+        since = run[0][2]
+        end = now if lane in busy_now else run[-1][3]
+        out[lane] = LaneRate(sum(b[1] for b in run), max(0.0, end - since), since)
+    return out
 
 
 # -- failure groups: their items, retry and discard ------------------------------------------------------
@@ -371,6 +462,13 @@ def group_items(engine: Engine, job_id: int, lane: str, state: str, reason: str)
             .order_by(Item.id)
         ).all()
     return [r.id for r in rows if reason_class(r.error, [r.path]) == reason]
+
+
+class UnknownItem(LookupError):
+    def __init__(self, job_id: int, item_id: int) -> None:
+        self.job_id = job_id
+        self.item_id = item_id
+        super().__init__(f"job {job_id} has no item {item_id}")
 
 
 class NothingToDiscard(NotApplicable):
@@ -415,3 +513,137 @@ def discard(engine: Engine, job_id: int, item_ids: Collection[int]) -> int:
             ],
         )
     return len(changed)
+
+
+# -- an item's attempts, the event feed ---------------------------------------------------------------
+ATTEMPT_ENDS = ("item_succeeded", "item_failed", "item_retry_scheduled", "lease_expired", "item_released")
+FEED_SCAN = 200_000  # a filtered feed reads at most the newest this many events
+
+
+def item_history(engine: Engine, job_id: int, item_id: int) -> dict[str, Any]:
+    """An item of a job with its attempts, oldest first — each claim (``token``) with its worker,
+    claim and end times, queue wait, run time, outcome, error and (an unexpected exception's)
+    bounded traceback, from the item's events — and every event of the item. ``UnknownJob`` /
+    ``UnknownItem`` when either is missing (or the item is another job's)."""
+    assign_cursors(engine)
+    with Session(reader(engine)) as s:
+        if s.get(Job, job_id) is None:
+            raise UnknownJob(job_id)
+        row = s.execute(
+            select(Item, Photo.path)
+            .outerjoin(Photo, Photo.id == Item.photo_id)
+            .where(Item.id == item_id, Item.job_id == job_id)
+        ).first()
+        if row is None:
+            raise UnknownItem(job_id, item_id)
+        events = list(
+            s.execute(
+                select(Event)
+                .where(Event.job_id == job_id, Event.item_id == item_id, Event.seq.is_not(None))
+                .order_by(Event.seq)
+            ).scalars()
+        )
+    item, path = row
+    attempts: dict[int, dict[str, Any]] = {}
+    for e in events:
+        detail = e.detail if isinstance(e.detail, dict) else {}
+        if e.type == "item_claimed" and e.token is not None:
+            attempts[e.token] = {
+                "attempt": e.attempt,
+                "token": e.token,
+                "worker": e.worker,
+                "claimed_at": e.at,
+                "waited": detail.get("waited"),
+                "ended_at": None,
+                "ran": None,
+                "outcome": "running",
+                "error": None,
+                "traceback": None,
+            }
+        elif e.type in ATTEMPT_ENDS and e.token is not None:
+            a = attempts.get(e.token)
+            if a is None and e.type == "lease_expired":
+                a = attempts.get(e.token - 1)  # the sweeper's revocation bumps the token
+            if a is None or a["ended_at"] is not None:
+                continue
+            a.update(
+                ended_at=e.at,
+                ran=max(0.0, e.at - a["claimed_at"]),
+                outcome=e.type.removeprefix("item_"),
+                error=detail.get("error") or detail.get("reason"),
+                traceback=detail.get("traceback"),
+            )
+    return {
+        "item": {
+            "id": item.id,
+            "job": item.job_id,
+            "lane": item.lane,
+            "state": item.state,
+            "photo": item.photo_id,
+            "path": path,
+            "attempt": item.attempt,
+            "error": item.error,
+            "worker": item.lease_owner,
+            "updated_at": item.updated_at,
+        },
+        "attempts": sorted(attempts.values(), key=lambda a: a["token"]),
+        "events": [record_of(e).as_dict() for e in events],
+    }
+
+
+def feed(
+    engine: Engine,
+    *,
+    job_id: int | None = None,
+    item_id: int | None = None,
+    types: Collection[str] = (),
+    limit: int = 50,
+    after: int | None = None,
+) -> list[EventRecord]:
+    """Events of a job, an item and/or some types: with ``after``, the next ``limit`` in cursor
+    order; without, the newest ``limit`` (oldest first). A filter by type alone reads at most the
+    newest ``FEED_SCAN`` events (no index on the type)."""
+    assign_cursors(engine)
+    q = select(Event).where(Event.seq.is_not(None))
+    if job_id is not None:
+        q = q.where(Event.job_id == job_id)
+    if item_id is not None:
+        q = q.where(Event.item_id == item_id)
+    if types:
+        q = q.where(Event.type.in_(tuple(types)))
+    with Session(reader(engine)) as s:
+        if types and job_id is None:
+            newest = s.execute(select(func.max(Event.seq))).scalar_one_or_none() or 0
+            q = q.where(Event.seq > newest - FEED_SCAN)
+        if after is not None:
+            rows = list(s.execute(q.where(Event.seq > after).order_by(Event.seq).limit(limit)).scalars())
+        else:
+            rows = list(reversed(list(s.execute(q.order_by(Event.seq.desc()).limit(limit)).scalars())))
+    return [record_of(e) for e in rows]
+
+
+# -- bulk actions over the jobs a filter matches ------------------------------------------------------------
+MAX_BULK = 10_000  # jobs one bulk action may change
+
+
+def matching_jobs(engine: Engine, *, state: str | None, query: str | None, cap: int = MAX_BULK) -> list[int]:
+    """The ids of every job the console's filter (``find_jobs``) matches, newest first, at most
+    ``cap`` + 1 (one more says the match is too large)."""
+    ids: list[int] = []
+    after: int | None = None
+    while len(ids) <= cap:
+        page, after = find_jobs(engine, state=state, query=query, limit=MAX_PAGE, after=after)
+        ids += [st.job_id for st in page]
+        if after is None:
+            break
+    return ids[: cap + 1]
+
+
+def failed_items(engine: Engine, job_id: int) -> list[int]:
+    """The ids of a job's failed items (``ix_items_settled_job`` then the job's items)."""
+    with Session(reader(engine)) as s:
+        return list(
+            s.execute(
+                select(Item.id).where(Item.job_id == job_id, Item.state == FAILED).order_by(Item.id)
+            ).scalars()
+        )

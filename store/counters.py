@@ -21,7 +21,7 @@ through (``fold_in``), so a counter never misses an event that a prune removed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 
 from .engine import reader
 from .events import assign_cursors
+from .histograms import PREFIX, observe_batch
 from .models import Counter, Event
 
 FOLD_CURSOR = "#cursor"  # the counters row holding the cursor folded through (no event type has '#')
@@ -42,6 +43,7 @@ class Counters:
 
     values: dict[tuple[str, str], int]
     cursor: int
+    histograms: dict[tuple[str, str], int] = field(default_factory=dict)  # ``store.histograms`` rows
 
     def get(self, type_: str, lane: str = "") -> int:
         return self.values.get((type_, lane), 0)
@@ -57,7 +59,7 @@ def fold_in(s: Session, limit: int | None = None) -> tuple[int, int]:
     cursor_row = select(Counter.value).where(Counter.name == FOLD_CURSOR, Counter.lane == "")
     cursor = s.execute(cursor_row.with_for_update()).scalar_one()
     batch = (
-        select(Event.seq, Event.type, Event.lane)
+        select(Event.seq, Event.type, Event.lane, Event.at, Event.job_id, Event.detail)
         .where(Event.seq.is_not(None), Event.seq > cursor)
         .order_by(Event.seq)
         .limit(limit or FOLD_BATCH)
@@ -74,6 +76,9 @@ def fold_in(s: Session, limit: int | None = None) -> tuple[int, int]:
     totals: dict[tuple[str, str], int] = {}
     for type_, lane, n, _ in groups:
         totals[(type_, lane)] = totals.get((type_, lane), 0) + n
+    through = max(last for *_, last in groups)
+    folded = sum(totals.values())
+    totals.update(observe_batch(s, batch, through))  # the duration histograms' buckets (``h:`` rows)
     stmt = dialect.insert(Counter).values(
         [{"name": t, "lane": lane, "value": n} for (t, lane), n in sorted(totals.items())]
     )
@@ -82,9 +87,8 @@ def fold_in(s: Session, limit: int | None = None) -> tuple[int, int]:
             index_elements=[Counter.name, Counter.lane], set_={"value": Counter.value + stmt.excluded.value}
         )
     )
-    through = max(last for *_, last in groups)
     s.execute(update(Counter).where(Counter.name == FOLD_CURSOR, Counter.lane == "").values(value=through))
-    return through, sum(totals.values())
+    return through, folded
 
 
 def pending(engine: Engine) -> bool:
@@ -116,6 +120,9 @@ def read(engine: Engine) -> Counters:
     """The counters as folded so far (one read of a small table)."""
     with Session(reader(engine)) as s:
         rows = s.execute(select(Counter.name, Counter.lane, Counter.value)).all()
-    values = {(name, lane): int(value) for name, lane, value in rows if name != FOLD_CURSOR}
+    values = {
+        (name, lane): int(value) for name, lane, value in rows if not name.startswith((FOLD_CURSOR, PREFIX))
+    }
+    hist = {(name, lane): int(value) for name, lane, value in rows if name.startswith(PREFIX)}
     cursor = next((int(v) for name, _, v in rows if name == FOLD_CURSOR), 0)
-    return Counters(values=values, cursor=cursor)
+    return Counters(values=values, cursor=cursor, histograms=hist)

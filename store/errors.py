@@ -92,6 +92,30 @@ def error_text(exc: BaseException, limit: int = 500) -> str:
     return f"{type(orig).__name__}: {first}"[:limit]
 
 
+TRACE_LIMIT = 4000  # characters of an unexpected exception's traceback kept in its attempt's event
+TRACE_FRAMES = 30  # the innermost frames kept
+TRACE_MESSAGE = 300  # characters of the exception's message kept (it may quote what it read)
+
+
+def bounded_trace(exc: BaseException) -> str:
+    """The traceback of an unexpected exception for the item page, bounded: the innermost
+    ``TRACE_FRAMES`` frames (file, line, function and the code line: source code, never the
+    photo's bytes), then the exception's type and the first ``TRACE_MESSAGE`` characters of its
+    message's first line; at most ``TRACE_LIMIT`` characters (the innermost end kept)."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)[-TRACE_FRAMES:]
+    lines = [
+        f'  File "{f.filename}", line {f.lineno}, in {f.name}' + (f"\n    {f.line.strip()}" if f.line else "")
+        for f in frames
+    ]
+    message = (str(exc).strip().splitlines() or [""])[0][:TRACE_MESSAGE]
+    cause = exc.__cause__ or exc.__context__
+    tail = f"{type(exc).__name__}: {message}" + (f" (after {type(cause).__name__})" if cause else "")
+    text = "Traceback (most recent call last):\n" + "\n".join(lines) + "\n" + tail
+    return text if len(text) <= TRACE_LIMIT else "…" + text[-(TRACE_LIMIT - 1) :]
+
+
 def classify_store_error(exc: BaseException) -> str:
     """``UNAVAILABLE``, ``TRANSIENT`` or ``DETERMINISTIC`` for an exception raised by a store call."""
     from sqlalchemy import exc as sa_exc

@@ -220,7 +220,7 @@ def succeed(
         "attempt": lease.attempt,
         "token": lease.token,
         "worker": worker,
-        "detail": {"result": result} if result else None,
+        "detail": _timed({"result": result} if result else {}, lease),
     }
     deferred = s.info.get(DEFERRED_EVENTS)
     if deferred is not None and last_lane:
@@ -233,20 +233,39 @@ def succeed(
     emit_many(s, ready)
 
 
+def _timed(detail: dict[str, Any], lease: Lease) -> dict[str, Any] | None:
+    """An attempt's finish event detail with its claim's time (``claimed_at``, database clock): the
+    event's own time minus it is the attempt's run time (``photojobs_item_run_seconds``)."""
+    if lease.claimed_at is not None:
+        detail["claimed_at"] = round(float(lease.claimed_at), 4)
+    return detail or None
+
+
 def fail(
-    s: Session, spec: LaneSpec, lease: Lease, error: str, worker: str | None, *, retry: bool = True
+    s: Session,
+    spec: LaneSpec,
+    lease: Lease,
+    error: str,
+    worker: str | None,
+    *,
+    retry: bool = True,
+    trace: str | None = None,
 ) -> str:
     """Finish a running item after an error: ``pending`` with backoff while attempts remain, else ``failed``.
 
     Returns the new state. A failure for good skips the photo's later lanes (``skip_successors``)
-    before it drops its photo-lock rows (lock order: items before photo-lock rows).
+    before it drops its photo-lock rows (lock order: items before photo-lock rows). ``trace``: the
+    traceback of an unexpected exception (already bounded, ``store.errors.bounded_trace``), kept in
+    the attempt's event (the item page lists every attempt's error).
     """
+    extra: dict[str, Any] = {"traceback": trace} if trace else {}
     control = lock_for_finish(s, lease)
     if retry and lease.attempt < spec.max_attempts:
         delay = spec.retry_delay(lease.attempt)
         state = state_for(control)
         _end_lease(s, lease, state=state, error=error, not_before=db_now() + delay)
-        emit_for(s, "item_retry_scheduled", lease, worker, {"error": error, "delay": delay, "state": state})
+        detail = {"error": error, "delay": delay, "state": state, **extra}
+        emit_for(s, "item_retry_scheduled", lease, worker, _timed(detail, lease))
         return state
     bundle = lock_bundle(s, lease.job_id, lease.position + 1)
     _end_lease(s, lease, release=False, state=FAILED, error=error)
@@ -254,7 +273,7 @@ def fail(
     skipped = skip_later(s, lease.job_id, lease.position, lease.photo_ids, reason, state_for(control), bundle)
     if lease.holds_locks:
         release_locks(s, lease.item_id)
-    emit_for(s, "item_failed", lease, worker, {"error": error})
+    emit_for(s, "item_failed", lease, worker, _timed({"error": error, **extra}, lease))
     emit_many(s, skipped)
     return FAILED
 

@@ -32,6 +32,10 @@ class Lease:
     photo_path: str | None
     job_lanes: tuple[str, ...] = ()
     holds_locks: bool = True
+    # The claim's database time and when the attempt became ready (revision 0013; None in leases
+    # built by hand): its finish event carries ``claimed_at`` (run time = finish - claim).
+    claimed_at: float | None = None
+    ready_at: float | None = None
 
 
 class ClaimRefusal(enum.Enum):

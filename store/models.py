@@ -111,6 +111,9 @@ class Item(Base):
     lease_expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     not_before: Mapped[float] = mapped_column(Float, default=0.0)
     queued_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # When the current attempt became ready (revision 0013): written by its claim from the row's old
+    # ``updated_at`` (queuing and deferrals keep it); the claim's event carries the wait (ready -> claim).
+    ready_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     # While queued: the items its message carries (a batch message's size; NULL: one); kept while
     # running (> 1: claimed from a batch message). 0 (ALONE, store.dispatch): its worker died while
     # it was claimed in a batch; not charged, its next message carries it alone.
@@ -286,6 +289,10 @@ class Worker(Base):
     last_beat: Mapped[float] = mapped_column(Float, index=True)
     items_held: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     stopped_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Revision 0013: the process's worker threads, and what each ran at the latest beat
+    # ([{"thread": name, "item": id, "age": seconds}], ``store.workers.beat``).
+    threads: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    running: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class LaneControl(Base):

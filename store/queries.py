@@ -67,13 +67,14 @@ def claim_sql(dialect: str) -> TextualSelect:
         f"""
         UPDATE items SET state = 'running', fencing_token = fencing_token + 1, attempt = attempt + 1,
             lease_owner = :worker, lease_ttl = :ttl, lease_expires_at = {now} + :ttl,
-            queued_at = NULL, updated_at = {now}
+            ready_at = updated_at, queued_at = NULL, updated_at = {now}
         WHERE id = :item_id AND fencing_token = :token AND lane = :lane
             AND state IN ('queued', 'pending')
             AND NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.id = items.job_id AND jobs.submitting)
             AND NOT EXISTS (SELECT 1 FROM lane_control WHERE lane_control.lane = :lane
                             AND lane_control.paused_at IS NOT NULL)
         RETURNING job_id, position, photo_id, attempt, fencing_token, checkpoint,
+            lease_expires_at - lease_ttl AS claimed_at, ready_at,
             (SELECT photos.path FROM photos WHERE photos.id = items.photo_id) AS photo_path,
             (SELECT jobs.params FROM jobs WHERE jobs.id = items.job_id) AS params,
             (SELECT jobs.roots FROM jobs WHERE jobs.id = items.job_id) AS roots,
@@ -86,6 +87,8 @@ def claim_sql(dialect: str) -> TextualSelect:
         column("attempt", Integer),
         column("fencing_token", Integer),
         column("checkpoint", _ITEM_JSON),
+        column("claimed_at", Float),
+        column("ready_at", Float),
         column("photo_path", String),
         column("params", _JOB_JSON),
         column("roots", _JOB_JSON),
@@ -321,12 +324,14 @@ def pending_of_job_sql(dialect: str) -> TextualSelect:
 @cache
 def mark_queued_sql(dialect: str) -> TextualSelect:
     """The picked items, still pending, become queued: by primary key (the state compared in a
-    form no index serves, so SQLite does not read every pending item through the state index)."""
+    form no index serves, so SQLite does not read every pending item through the state index).
+    ``updated_at`` stays when the item became ready (pending): the claim reads it as ``ready_at``
+    and the lane's oldest ready age (``store.listing``) too; ``queued_at`` says when it was queued."""
     now = sql_now(dialect)
     return (
         text(
             f"""
-            UPDATE items SET state = 'queued', queued_at = {now}, updated_at = {now}, message_items = NULL
+            UPDATE items SET state = 'queued', queued_at = {now}, message_items = NULL
             WHERE id IN :ids AND state || '' = 'pending'
             RETURNING id
             """

@@ -34,9 +34,22 @@ def parse_identity(worker_id: str) -> tuple[str, int | None]:
     return host, int(pid_text) if pid_text.isdigit() else None
 
 
-def beat(engine: Engine, worker_id: str, *, lanes: Sequence[str], interval: float, held: int) -> None:
+MAX_RUNNING = 256  # threads reported per beat (a process has a handful)
+
+
+def beat(
+    engine: Engine,
+    worker_id: str,
+    *,
+    lanes: Sequence[str],
+    interval: float,
+    held: int,
+    threads: int | None = None,
+    running: Sequence[dict[str, Any]] | None = None,
+) -> None:
     """Record a beat of ``worker_id`` in one statement: insert it (started now) or refresh its lanes,
-    interval, items held and last beat (database clock)."""
+    interval, items held, thread count, what each busy thread runs (``running``: ``[{"thread",
+    "item", "age"}]``, None: not reported) and last beat (database clock)."""
     host, pid = parse_identity(worker_id)
     dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
     values: dict[str, Any] = {
@@ -49,6 +62,8 @@ def beat(engine: Engine, worker_id: str, *, lanes: Sequence[str], interval: floa
         "last_beat": db_now(),
         "items_held": int(held),
         "stopped_at": None,
+        "threads": threads,
+        "running": None if running is None else list(running)[:MAX_RUNNING],
     }
     stmt = dialect.insert(Worker).values(**values)
     stmt = stmt.on_conflict_do_update(
@@ -58,6 +73,8 @@ def beat(engine: Engine, worker_id: str, *, lanes: Sequence[str], interval: floa
             "interval": stmt.excluded.interval,
             "last_beat": stmt.excluded.last_beat,
             "items_held": stmt.excluded.items_held,
+            "threads": stmt.excluded.threads,
+            "running": stmt.excluded.running,
         },
     )
     with Session(engine) as s, s.begin():
@@ -70,7 +87,7 @@ def mark_stopped(engine: Engine, worker_id: str, *, held: int = 0) -> bool:
         done = s.execute(
             update(Worker)
             .where(Worker.id == worker_id)
-            .values(stopped_at=db_now(), last_beat=db_now(), items_held=held)
+            .values(stopped_at=db_now(), last_beat=db_now(), items_held=held, running=[])
         ).rowcount
     return bool(done)
 
@@ -95,6 +112,8 @@ class WorkerRow:
     last_beat: float
     items_held: int
     stopped_at: float | None
+    threads: int | None = None
+    running: list[dict[str, Any]] | None = None
 
 
 def registered(engine: Engine) -> tuple[float, list[WorkerRow]]:
@@ -112,6 +131,8 @@ def registered(engine: Engine) -> tuple[float, list[WorkerRow]]:
                 last_beat=w.last_beat,
                 items_held=w.items_held,
                 stopped_at=w.stopped_at,
+                threads=w.threads,
+                running=list(w.running) if isinstance(w.running, list) else None,
             )
             for w in s.execute(select(Worker)).scalars()
         ]

@@ -39,11 +39,15 @@ class WorkerKiller:
             if item["lease_owner"]:
                 pid = int(item["lease_owner"].split(":")[1])
                 try:
-                    os.kill(pid, signal.SIGKILL)
+                    # The worker as the supervisor knows it: the process group it started (the
+                    # Dramatiq parent and the child holding the lease), so both name one pid.
+                    group = os.getpgid(pid)
+                    os.killpg(group, signal.SIGKILL)
                 except ProcessLookupError:
                     continue
                 progress.note(
-                    f"demo: SIGKILLed worker process {pid} holding item {item['id']} ({item['lane']})"
+                    f"demo: SIGKILLed worker process {group} (its process {pid} held item {item['id']}, "
+                    f"{item['lane']})"
                 )
                 return True
         return False

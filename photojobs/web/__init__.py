@@ -25,11 +25,12 @@ from photojobs.api import Client
 from photojobs.roots import ROOTS_ENV, parse_roots
 from store.retention import parse_age
 
-from . import errors, history_routes, lanes_routes, metrics, routes
+from . import console_routes, errors, history_routes, lanes_routes, metrics, routes
 from .auth import LoopbackOnly, authenticate
 from .limits import BodyLimit, LoginLimiter
 from .safe_json import SafeJSONResponse
 from .sse import Sequencer
+from .strict import known_query_only
 from .text import RequestText
 
 STATIC = Path(__file__).parent / "static"
@@ -174,8 +175,9 @@ def create_app(
     app.include_router(routes.api)
     app.include_router(lanes_routes.lanes)
     app.include_router(history_routes.history)
+    app.include_router(console_routes.console)
 
-    @app.get("/metrics", tags=["ops"], dependencies=[Depends(authenticate)])
+    @app.get("/metrics", tags=["ops"], dependencies=[Depends(authenticate), Depends(known_query_only)])
     def prometheus(request: Request) -> Response:
         """Prometheus text format: items by lane and state, queue depth, backlog, throughput, …"""
         return Response(
@@ -185,6 +187,12 @@ def create_app(
     @app.get("/", include_in_schema=False)
     def dashboard() -> FileResponse:
         return FileResponse(STATIC / "dashboard.html", headers={"Cache-Control": "no-cache", **PAGE_HEADERS})
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> FileResponse:
+        """The console's icon (the page names ``static/favicon.svg``; this answers a browser that
+        asks for the root's icon anyway, instead of a 404 on every page)."""
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml", headers=PAGE_HEADERS)
 
     app.mount("/static", PageFiles(directory=STATIC), name="static")
     return app

@@ -15,8 +15,11 @@ from store.errors import BacklogFull, SubmissionError, UnknownJob
 from .auth import authenticate
 from .errors import ApiError
 from .safe_json import TextSafeRoute
+from .strict import known_query_only
 
-history = APIRouter(prefix="/api", dependencies=[Depends(authenticate)], route_class=TextSafeRoute)
+history = APIRouter(
+    prefix="/api", dependencies=[Depends(authenticate), Depends(known_query_only)], route_class=TextSafeRoute
+)
 
 MAX_ROW_ID = 2**31 - 1
 PhotoId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="a photo id")]

@@ -11,8 +11,11 @@ from photojobs.api import UnknownLane
 from .auth import authenticate
 from .errors import ApiError
 from .safe_json import TextSafeRoute
+from .strict import known_query_only
 
-lanes = APIRouter(prefix="/api", dependencies=[Depends(authenticate)], route_class=TextSafeRoute)
+lanes = APIRouter(
+    prefix="/api", dependencies=[Depends(authenticate), Depends(known_query_only)], route_class=TextSafeRoute
+)
 
 LaneName = Annotated[str, Path(min_length=1, max_length=64, description="a lane name, e.g. exif")]
 

@@ -8,11 +8,16 @@ from typing import Any
 
 import dramatiq
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+)
 from prometheus_client.registry import Collector
 
 import photojobs
-from store import listing
+from store import histograms, listing
 from store.models import ALL_STATES, QUEUED, TERMINAL
 
 # Counters by lane: (metric name without _total, event type folded into it, help).
@@ -130,6 +135,32 @@ class StoreCollector(Collector):
             ["lane"],
             snap.oldest_queued_age,
         )
+        yield _gauge(
+            "photojobs_oldest_pending_age_seconds",
+            "Seconds the lane's longest-waiting ready item (pending or queued) has waited to be claimed "
+            "(0: none waits); grows while the lane is paused or no worker takes its work",
+            ["lane"],
+            {lane: snap.oldest_pending_age.get(lane, 0.0) for lane in lanes},
+        )
+        yield _gauge(
+            "photojobs_lane_paused",
+            "1 while the lane is paused across all jobs (photojobs lanes pause), else 0",
+            ["lane"],
+            {lane: snap.paused.get(lane, 0.0) for lane in lanes},
+        )
+        yield from self._histograms(snap, lanes)
+
+    def _histograms(self, snap: listing.MetricsSnapshot, lanes: list[str]) -> Iterator[Any]:
+        """The duration histograms folded from the event log (``store.histograms``): persisted, so
+        they never go back and read the same from every web server."""
+        folded = histograms.read_histograms(snap.counters.histograms, lanes)
+        for h in histograms.HISTOGRAMS:
+            family = HistogramMetricFamily(
+                h.metric, h.help + " (persisted)", labels=["lane"] if h.by_lane else []
+            )
+            for lane, values in sorted(folded[h.metric].items()):
+                family.add_metric([lane] if h.by_lane else [], values.buckets, values.sum)
+            yield family
 
     def _fleet(self, snap: listing.MetricsSnapshot) -> Iterator[Any]:
         yield _gauge(

@@ -31,9 +31,12 @@ from .auth import (
 )
 from .errors import ApiError
 from .safe_json import TextSafeRoute
+from .strict import known_query_only
 
-public = APIRouter(route_class=TextSafeRoute)
-api = APIRouter(prefix="/api", dependencies=[Depends(authenticate)], route_class=TextSafeRoute)
+public = APIRouter(dependencies=[Depends(known_query_only)], route_class=TextSafeRoute)
+api = APIRouter(
+    prefix="/api", dependencies=[Depends(authenticate), Depends(known_query_only)], route_class=TextSafeRoute
+)
 
 BACKLOG_RETRY_AFTER = 30
 # Ids of jobs and items are 32-bit columns on PostgreSQL; event cursors are 64-bit.
@@ -47,14 +50,16 @@ MAX_REASON = 300  # a reason class is at most 300 characters (store.reasons)
 
 JobId = Annotated[int, Path(ge=1, le=MAX_CURSOR, description="a job id")]
 JobFilter = Annotated[int | None, Query(ge=1, le=MAX_CURSOR, description="only this job's events")]
+ItemFilter = Annotated[int | None, Query(ge=1, le=MAX_CURSOR, description="only this item's events")]
 PathText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH)]
 
 
 class JobRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    lanes: list[Annotated[str, StringConstraints(max_length=64)]] | Annotated[
-        str, StringConstraints(max_length=1024)
-    ] = Field(description='the pipeline, e.g. ["analysis", "exif"] or "analysis,exif"', max_length=64)
+    lanes: (
+        list[Annotated[str, StringConstraints(max_length=64)]]
+        | Annotated[str, StringConstraints(max_length=1024)]
+    ) = Field(description='the pipeline, e.g. ["analysis", "exif"] or "analysis,exif"', max_length=64)
     paths: list[PathText] = Field(
         min_length=1,
         description=f"files or folders inside the photo roots (at most {MAX_PATHS} distinct, each at "
@@ -275,9 +280,7 @@ def items(
     state: str | None = Query(None, max_length=32),
     lane: str | None = Query(None, max_length=64),
     limit: int = Query(100, ge=1, le=1000),
-    after: int | None = Query(
-        None, ge=0, le=MAX_CURSOR, description="the previous page's next (an item id)"
-    ),
+    after: int | None = Query(None, ge=0, le=MAX_CURSOR, description="the previous page's next (an item id)"),
 ) -> dict[str, Any]:
     """A job's items in id order: ``{"items": [...], "next": CURSOR | null}``."""
     _check_state(state)
@@ -462,17 +465,41 @@ def events(
     job: JobFilter = None,
     limit: int = Query(1000, ge=1, le=10000),
     tail: int | None = Query(None, ge=1, le=1000, description="instead of after: the newest N events"),
+    type: str | None = Query(  # noqa: A002 - the query parameter's name
+        None,
+        max_length=1000,
+        description="event types, comma-separated: item_failed,lease_expired",
+    ),
+    item: ItemFilter = None,
 ) -> dict[str, Any]:
-    """Events in cursor order: ``{"events": [...], "next": CURSOR}`` (pass ``next`` as ``after``)."""
+    """Events in cursor order: ``{"events": [...], "next": CURSOR}`` (pass ``next`` as ``after``);
+    filtered by ``job``, ``item`` and ``type``. An unknown parameter (``photo=``) is a 400."""
     client = _cfg(request).client
-    if job is not None and job > MAX_ROW_ID:
-        return {"events": [], "next": after}  # no such job
+    types = _event_types(type)
+    if (job is not None and job > MAX_ROW_ID) or (item is not None and item > MAX_ROW_ID):
+        return {"events": [], "next": after}  # no such job or item
+    if types or item is not None:
+        batch = client.feed(
+            job_id=job, item_id=item, types=types, limit=tail or limit, after=None if tail else after
+        )
+        return {"events": [e.as_dict() for e in batch], "next": batch[-1].cursor if batch else after}
     if tail is not None:
         batch = client.latest_events(job_id=job, limit=tail)
     else:
         batch = client.events(after=after, job_id=job, limit=limit)
     nxt = batch[-1].cursor if batch else after
     return {"events": [e.as_dict() for e in batch], "next": nxt}
+
+
+def _event_types(text: str | None) -> list[str]:
+    """``type=a,b``: event type names (lower case and underscores, at most 40 characters each)."""
+    if not text:
+        return []
+    types = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in types if not (len(t) <= 40 and t.replace("_", "").isalpha() and t.islower())]
+    if bad or len(types) > 40:
+        raise ApiError(400, "invalid_request", f"not event types: {', '.join(bad[:5]) or 'too many'}")
+    return types
 
 
 @api.get("/events/stream", tags=["events"], response_class=StreamingResponse)
@@ -513,8 +540,11 @@ async def stream(
 
 @api.get("/workers", tags=["workers"])
 def workers(request: Request) -> dict[str, Any]:
-    """Workers from their registry (idle ones too) and their leases: host, pid, lanes, items held,
-    last heartbeat, state (live, stale: beats stopped, stopped: clean shutdown)."""
+    """Workers from their registry (idle ones too) and their leases: host, pid, lanes, threads,
+    items held (``held_by_lane``), what each busy thread runs (``running``: ``[{"thread", "job",
+    "item", "lane", "photo", "path", "since"}]``), last heartbeat and its age, state (live, stale:
+    beats stopped, stopped: clean shutdown). Stopped workers leave the list 5 minutes after their
+    stop, stale ones 15 minutes after their last beat."""
     return {"workers": _cfg(request).client.workers()}
 
 

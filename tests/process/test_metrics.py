@@ -93,6 +93,10 @@ def test_no_counter_goes_back_after_a_retry_or_a_prune(
     assert sample(first, "photojobs_claims_total", lane="noop") >= 7
     assert sample(first, "photojobs_jobs_submitted_total") == 1
     assert _events_total(first) == _folded_events(db_url, sample(first, "photojobs_counters_cursor"))
+    # And each of the 7 attempts is in the run-time and queue-wait histograms, the job's duration once
+    assert sample(first, "photojobs_item_run_seconds_count", lane="noop") == 7
+    assert sample(first, "photojobs_item_queue_wait_seconds_count", lane="noop") == 7
+    assert sample(first, "photojobs_job_duration_seconds_count") == 1
     # When the failed items are retried (and fail again)
     assert http.post(f"/api/jobs/{job}/retry", params={"lane": "noop"}).json()["changed"] == 2
     wait_for(

@@ -133,6 +133,18 @@ def test_the_dashboard_plots_what_an_operator_alerts_on() -> None:
         "photojobs_stale_commits_total",
         "photojobs_build_info",
     } <= names
+    # And the duration histograms are plotted as p50 and p95 per lane (the run time, the queue wait)
+    # and per store (a job's duration), aggregated with max (every web server reports the same)
+    for metric in ("photojobs_item_run_seconds", "photojobs_item_queue_wait_seconds"):
+        for q in ("0.5", "0.95"):
+            assert any(
+                f"histogram_quantile({q}, max by (lane, le) (rate({metric}_bucket" in e for e in exprs
+            ), (metric, q)
+    assert any(
+        "histogram_quantile(0.95, max by (le) (rate(photojobs_job_duration_seconds_bucket" in e for e in exprs
+    )
+    # And the gauges a paused or stuck lane moves
+    assert {"photojobs_oldest_pending_age_seconds", "photojobs_lane_paused"} <= names
     # And every counter is read through rate()/increase(), never plotted raw (it only grows)
     for e in exprs:
         for name in metric_names([e]):

@@ -1,27 +1,45 @@
 // photojobs console: plain script (no build step), same-origin fetches with the session cookie, live via
-// SSE. Hash routes: #/ (jobs, workers, events), #/jobs/ID (a job: times, parameters, failures, items),
-// #/lanes (queue depth, throughput, workers, pause/resume).
+// SSE. Every view is a hash route whose filters and paging are in its query, so any view can be linked:
+//   #/?state=&q=&after=&page=      jobs (filters, paging, bulk actions, submit and prune folded)
+//   #/jobs/ID?state=&lane=&after=&page=   a job (times, ETA, failures, items, its events)
+//   #/jobs/ID/items/ITEM            an item (its attempts with errors and tracebacks, its events)
+//   #/lanes?range=3600              lanes (depth, throughput chart, pause/resume)
+//   #/workers                       workers (what each thread runs now)
+//   #/events?type=&job=             the event feed
+// A new view is one call: defineView({ name, pattern, title, load }) plus a <div id="view-NAME"
+// class="view" hidden> holding an <h2 tabindex="-1"> (focused when the view opens).
 "use strict";
 (function () {
   const $ = (sel) => document.querySelector(sel);
   const DONE = ["succeeded", "failed", "cancelled", "skipped"];
   const SVG = "http://www.w3.org/2000/svg";
   const jobs = new Map();          // the jobs page shown: job id -> STATUS
-  const list = { state: "", q: "", cursors: [null], page: 0, next: null };
-  const detail = { id: null, st: null, items: { state: "", lane: "", cursors: [null], page: 0, next: null } };
+  const list = { state: "", q: "", after: null, page: 1, next: null, cursors: new Map() };
+  const detail = { id: null, st: null, items: { state: "", lane: "", after: null, page: 1, next: null, cursors: new Map() } };
+  const views = [];
+  let current = { view: null, params: new URLSearchParams() };
   let source = null;
   let cursor = 0;
   const dirty = new Set();
   let refreshTimer = null;
   let lanesDirty = false;
+  let offline = false;
 
+  // -- the server: fetch, "unreachable, retrying" ---------------------------------------------------------------
   async function api(method, path, body) {
     const opts = { method, credentials: "same-origin", headers: {} };
     if (body !== undefined) {
       opts.headers["Content-Type"] = "application/json";
       opts.body = JSON.stringify(body);
     }
-    const res = await fetch(path, opts);
+    let res;
+    try {
+      res = await fetch(path, opts);
+    } catch (e) {
+      setOffline(true);
+      const err = new Error("Server unreachable, retrying…"); err.status = 0; err.offline = true; throw err;
+    }
+    setOffline(false);
     let data = null;
     const text = await res.text();
     if (text) { try { data = JSON.parse(text); } catch (e) { data = { message: text }; } }
@@ -29,6 +47,17 @@
     if (!res.ok) { const err = new Error((data && data.message) || res.statusText); err.status = res.status; err.data = data; throw err; }
     return data;
   }
+  function setOffline(on) {
+    if (on === offline) return;
+    offline = on;
+    $("#offline").hidden = !on;
+    if (on) setLive(false);
+  }
+  setInterval(async () => {
+    if (!offline) return;
+    try { await api("GET", "api/session"); await route(); connect(); } catch (e) { /* still unreachable */ }
+  }, 3000);
+  function report(e) { if (e.status !== 401 && !e.offline) flash(e.message, "error"); }
 
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
@@ -45,16 +74,36 @@
     }
     return node;
   }
+  function link(href, text, cls) { return el("a", { href, class: cls }, text); }
 
-  // -- times: relative, with the absolute time and zone on hover --------------------------------------
+  // -- preferences: theme and how times show ---------------------------------------------------------------------
+  const prefs = { theme: localStorage.getItem("photojobs.theme") || "", times: localStorage.getItem("photojobs.times") || "" };
+  function applyTheme() {
+    if (prefs.theme) document.documentElement.dataset.theme = prefs.theme;
+    else delete document.documentElement.dataset.theme;
+  }
+  applyTheme();
+  $("#pref-theme").value = prefs.theme;
+  $("#pref-times").value = prefs.times;
+  $("#pref-theme").addEventListener("change", () => {
+    prefs.theme = $("#pref-theme").value; localStorage.setItem("photojobs.theme", prefs.theme); applyTheme();
+  });
+  $("#pref-times").addEventListener("change", () => {
+    prefs.times = $("#pref-times").value; localStorage.setItem("photojobs.times", prefs.times); tickTimes();
+  });
+
+  // -- times: relative, local or UTC; the other forms on hover -------------------------------------------------------
   const ZONE = (Intl.DateTimeFormat().resolvedOptions().timeZone) || "local time";
+  const pad = (n) => String(n).padStart(2, "0");
   function absolute(epoch) {
     const d = new Date(epoch * 1000);
-    const pad = (n) => String(n).padStart(2, "0");
     const off = -d.getTimezoneOffset();
     const sign = off >= 0 ? "+" : "-";
     const zone = `UTC${sign}${pad(Math.floor(Math.abs(off) / 60))}:${pad(Math.abs(off) % 60)}`;
     return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())} ${zone} (${ZONE})`;
+  }
+  function utc(epoch) {
+    return new Date(epoch * 1000).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
   }
   function duration(seconds) {
     if (seconds == null) return "–";
@@ -71,16 +120,22 @@
     const text = a < 60 ? `${a} s` : a < 3600 ? `${Math.floor(a / 60)} min` : a < 86400 ? `${Math.floor(a / 3600)} h` : `${Math.floor(a / 86400)} d`;
     return s >= 0 ? `${text} ago` : `in ${text}`;
   }
+  function shown(epoch) {
+    if (prefs.times === "utc") return utc(epoch);
+    if (prefs.times === "local") return absolute(epoch).replace(/ UTC[^ ]* \(.*\)$/, "");
+    return relative(epoch);
+  }
   function timeEl(epoch) {
     if (epoch == null) return el("span", {}, "–");
-    return el("time", { dateTime: new Date(epoch * 1000).toISOString(), title: absolute(epoch), "data-epoch": String(epoch) }, relative(epoch));
+    const title = prefs.times === "utc" ? absolute(epoch) : prefs.times === "local" ? `${utc(epoch)} · ${relative(epoch)}` : absolute(epoch);
+    return el("time", { dateTime: new Date(epoch * 1000).toISOString(), title, "data-epoch": String(epoch) }, shown(epoch));
   }
   function tickTimes() {
-    for (const t of document.querySelectorAll("time[data-epoch]")) t.textContent = relative(Number(t.dataset.epoch));
+    for (const t of document.querySelectorAll("time[data-epoch]")) t.textContent = shown(Number(t.dataset.epoch));
   }
   setInterval(tickTimes, 10000);
 
-  // -- status messages (never a native alert) ----------------------------------------------------------
+  // -- status messages and confirmations (never a native alert or confirm) ----------------------------------------
   let flashTimer = null;
   function flash(text, kind) {
     const f = $("#flash");
@@ -90,19 +145,30 @@
     clearTimeout(flashTimer);
     flashTimer = setTimeout(() => { f.hidden = true; }, 8000);
   }
+  function confirmAction(title, text, ok) {
+    const dlg = $("#confirm");
+    $("#confirm-title").textContent = title;
+    $("#confirm-text").textContent = text;
+    $("#confirm-ok").textContent = ok || "Confirm";
+    dlg.returnValue = "";
+    return new Promise((resolve) => {
+      dlg.addEventListener("close", () => resolve(dlg.returnValue === "ok"), { once: true });
+      dlg.showModal();
+      $("#confirm-cancel").focus();
+    });
+  }
 
-  // -- login ----------------------------------------------------------------------------------------------
+  // -- login ----------------------------------------------------------------------------------------------------
   function showLogin() {
     if (source) { source.close(); source = null; }
-    $("#main").hidden = true; $("#logout").hidden = true; $("#nav").hidden = true; $("#login").hidden = false;
+    $("#main").hidden = true; $("#nav").hidden = true; $("#header-tools").hidden = true; $("#login").hidden = false;
     setLive(false);
+    $("#login-title").focus();
   }
   async function showMain() {
-    $("#login").hidden = true; $("#main").hidden = false; $("#logout").hidden = false; $("#nav").hidden = false;
-    await loadEvents();
-    await loadWorkers();
+    $("#login").hidden = true; $("#main").hidden = false; $("#nav").hidden = false; $("#header-tools").hidden = false;
     connect();
-    await route();
+    await route(false);
   }
   $("#login-form").addEventListener("submit", async (ev) => {
     ev.preventDefault();
@@ -113,109 +179,141 @@
       await showMain();
     } catch (e) { $("#login-error").textContent = e.message; }
   });
-  $("#logout").addEventListener("click", async () => { await api("DELETE", "api/session"); showLogin(); });
+  $("#logout").addEventListener("click", async () => { try { await api("DELETE", "api/session"); } catch (e) { /* gone anyway */ } showLogin(); });
 
-  // -- routes -----------------------------------------------------------------------------------------------
+  // -- the photo history page and the Undo button live in history.js (issue 31) ---------------------------------
   window.photojobsConsole = { api, el, timeEl, flash };  // for history.js (a photo's page, Undo)
   const hist = () => window.photojobsHistory;
-  function currentView() {
-    const h = location.hash || "#/";
-    if (hist() && hist().isPhotoRoute(h)) return { view: "photo" };
-    const m = /^#\/jobs\/(\d+)$/.exec(h);
-    if (m) return { view: "job", id: Number(m[1]) };
-    if (h === "#/lanes") return { view: "lanes" };
-    return { view: "home" };
+  // -- routes: a registry of views -------------------------------------------------------------------------------
+  function defineView(spec) { views.push(spec); }
+  function parseHash() {
+    const h = (location.hash || "#/").slice(1);
+    const i = h.indexOf("?");
+    return { path: i < 0 ? h : h.slice(0, i), params: new URLSearchParams(i < 0 ? "" : h.slice(i + 1)) };
   }
-  async function route() {
+  function hashFor(path, params) {
+    const qs = new URLSearchParams();
+    for (const [k, v] of Object.entries(params || {})) if (v !== "" && v != null) qs.set(k, String(v));
+    const q = qs.toString();
+    return `#${path}${q ? "?" + q : ""}`;
+  }
+  function go(path, params) {
+    const h = hashFor(path, params);
+    if (h === location.hash) route(); else location.hash = h;
+  }
+  function hasView(name) { return views.some((v) => v.name === name); }
+  async function route(focus) {
     if ($("#main").hidden) return;
-    const r = currentView();
-    for (const v of ["home", "job", "lanes"]) $(`#view-${v}`).hidden = v !== r.view;
-    if (hist()) { if (r.view === "photo") { await hist().show(location.hash); return; } hist().hide(); }
-    $("#nav-jobs").setAttribute("aria-current", r.view === "lanes" ? "false" : "page");
-    $("#nav-lanes").setAttribute("aria-current", r.view === "lanes" ? "page" : "false");
-    if (r.view === "job") {
-      if (detail.id !== r.id) {
-        detail.id = r.id; detail.st = null;
-        detail.items = { state: "", lane: "", cursors: [null], page: 0, next: null };
-        $("#item-state").value = ""; $("#item-lane").value = "";
-      }
-      document.title = `job #${r.id} · photojobs`;
-      await loadJob();
-      await loadItems();
-    } else if (r.view === "lanes") {
-      document.title = "lanes · photojobs";
-      await loadLanes();
-    } else {
-      document.title = "photojobs";
-      detail.id = null;
-      await loadJobs();
+    const { path, params } = parseHash();
+    let found = null, match = null;
+    for (const v of views) { match = v.pattern.exec(path); if (match) { found = v; break; } }
+    if (!found) { found = views[0]; match = []; }
+    const changed = current.view !== found.name;
+    current = { view: found.name, params, match };
+    for (const v of views) { const box = $(`#view-${v.name}`); if (box) box.hidden = v.name !== found.name; }
+    for (const a of document.querySelectorAll("#nav a")) {
+      const on = a.dataset.view === found.name || (a.dataset.view === "home" && (found.name === "job" || found.name === "item"));
+      a.setAttribute("aria-current", on ? "page" : "false");
+    }
+    document.title = `${found.title(match, params)} · photojobs`;
+    await found.load(match, params);
+    if (focus !== false && changed) {
+      const h = document.querySelector(`#view-${found.name} h2[tabindex]`);
+      if (h) h.focus();
     }
   }
   window.addEventListener("hashchange", () => { route(); });
 
-  // -- submit --------------------------------------------------------------------------------------------------
-  $("#submit-form").addEventListener("submit", async (ev) => {
-    ev.preventDefault();
-    const params = {};
-    for (const line of $("#params").value.split("\n")) {
-      const i = line.indexOf("=");
-      if (line.trim() && i > 0) params[line.slice(0, i).trim()] = line.slice(i + 1);
-    }
-    const body = {
-      lanes: $("#lanes").value.split(",").map((s) => s.trim()).filter(Boolean),
-      paths: $("#paths").value.split("\n").map((s) => s.trim()).filter(Boolean),
-      params,
-    };
-    const out = $("#submit-result");
-    try {
-      const r = await api("POST", "api/jobs", body);
-      const left = Object.entries(r.skipped || {}).map(([why, n]) => `${n} ${why}`).join(", ");
-      out.textContent = `job ${r.job} submitted: ${r.items} item(s)` + (left ? `; left out: ${left}` : "");
-      out.className = "note";
-      out.dataset.job = String(r.job);
-      if (list.page === 0 && !list.state && !list.q) await loadJobs();
-    } catch (e) { out.textContent = e.message; out.className = "error"; }
+  // -- the jobs list: newest first, paged by cursor, filtered and searched; all in the URL ---------------------------
+  function listKey() { return `${list.state}|${list.q}`; }
+  defineView({
+    name: "home",
+    pattern: /^\/?$/,
+    title: () => "jobs",
+    load: async (m, params) => {
+      detail.id = null;
+      list.state = params.get("state") || "";
+      list.q = params.get("q") || "";
+      list.after = params.get("after");
+      list.page = Math.max(1, Number(params.get("page") || 1)) || 1;
+      if (list.after == null) list.page = 1;
+      $("#job-state").value = list.state;
+      $("#job-search").value = list.q;
+      await loadJobs();
+      await loadBulk();
+    },
   });
-
-  // -- the jobs list: newest first, paged by cursor, filtered and searched ---------------------------------------
-  // A page's query: its limit, the filters that are set, and the cursor of the page shown (a list's
-  // or a job's items: { cursors, page }).
-  function pageQuery(limit, filters, pager) {
-    const qs = new URLSearchParams({ limit: String(limit) });
-    for (const [key, value] of Object.entries(filters)) if (value) qs.set(key, value);
-    const after = pager.cursors[pager.page];
-    if (after != null) qs.set("after", String(after));
-    return qs;
-  }
-
   async function loadJobs() {
-    const qs = pageQuery(20, { state: list.state, q: list.q }, list);
+    const qs = new URLSearchParams({ limit: "20" });
+    if (list.state) qs.set("state", list.state);
+    if (list.q) qs.set("q", list.q);
+    if (list.after != null) qs.set("after", list.after);
     try {
       const r = await api("GET", `api/jobs?${qs}`);
       jobs.clear();
       for (const j of r.jobs) jobs.set(j.job, j);
       list.next = r.next;
+      list.cursors.set(`${listKey()}|${list.page}`, list.after);
       renderJobs();
-    } catch (e) { if (e.status !== 401) flash(e.message, "error"); }
+    } catch (e) { report(e); }
   }
-  $("#jobs-filter").addEventListener("submit", async (ev) => {
+  function listParams(extra) { return { state: list.state, q: list.q, ...extra }; }
+  $("#jobs-filter").addEventListener("submit", (ev) => {
     ev.preventDefault();
-    list.state = $("#job-state").value;
-    list.q = $("#job-search").value.trim();
-    list.cursors = [null]; list.page = 0;
-    await loadJobs();
+    go("/", { state: $("#job-state").value, q: $("#job-search").value.trim() });
   });
-  $("#jobs-older").addEventListener("click", async () => {
+  $("#jobs-older").addEventListener("click", () => {
     if (list.next == null) return;
-    list.cursors[list.page + 1] = list.next;
-    list.page += 1;
-    await loadJobs();
+    go("/", listParams({ after: list.next, page: list.page + 1 }));
   });
-  $("#jobs-newer").addEventListener("click", async () => {
-    if (list.page === 0) return;
-    list.page -= 1;
-    await loadJobs();
+  $("#jobs-newer").addEventListener("click", () => {
+    if (list.page <= 1) return;
+    const key = `${listKey()}|${list.page - 1}`;
+    if (list.page - 1 > 1 && list.cursors.has(key)) go("/", listParams({ after: list.cursors.get(key), page: list.page - 1 }));
+    else go("/", listParams({}));   // a linked page whose newer cursor is not known: the newest page
   });
+
+  // bulk actions over everything the filter matches (a count, then a confirmation naming it)
+  let bulkCount = null;
+  async function loadBulk() {
+    const box = $("#bulk");
+    if (!list.state && !list.q) { box.hidden = true; bulkCount = null; return; }
+    const qs = new URLSearchParams();
+    if (list.state) qs.set("state", list.state);
+    if (list.q) qs.set("q", list.q);
+    try {
+      const r = await api("GET", `api/bulk?${qs}`);
+      bulkCount = r.count;
+      box.hidden = false;
+      box.dataset.count = String(r.count);
+      $("#bulk-count").textContent = `${r.count} job(s) match this filter.`;
+      for (const b of box.querySelectorAll("button")) b.disabled = r.count === 0;
+    } catch (e) { box.hidden = true; report(e); }
+  }
+  const BULK = {
+    retry: ["Retry every failed item", "Retry failed"],
+    discard: ["Discard every failed item", "Discard failed"],
+    cancel: ["Cancel every job", "Cancel jobs"],
+  };
+  for (const b of document.querySelectorAll("#bulk button")) {
+    b.addEventListener("click", async () => {
+      const action = b.dataset.action;
+      if (bulkCount == null) return;
+      const what = [list.state && `state ${list.state}`, list.q && `search “${list.q}”`].filter(Boolean).join(", ");
+      const ok = await confirmAction(`${BULK[action][0]} of ${bulkCount} job(s)?`,
+        `This acts on all ${bulkCount} job(s) matching ${what}, not only the page shown.` +
+        (action === "retry" ? "" : " It cannot be undone."), BULK[action][1]);
+      if (!ok) return;
+      try {
+        const r = await api("POST", "api/bulk", { action, state: list.state || null, q: list.q || null, expected: bulkCount });
+        flash(`${action}: ${r.jobs} of ${r.matched} job(s) changed, ${r.items} item(s); ${r.skipped} had nothing to ${action}`, "note");
+      } catch (e) {
+        flash(e.status === 409 ? `${e.message}` : e.message, "error");
+      }
+      await loadJobs();
+      await loadBulk();
+    });
+  }
 
   async function refreshJob(id) {
     try {
@@ -239,7 +337,16 @@
     return el("div", { class: "lane", "data-lane": lane, "data-percent": String(pct) },
       el("span", { class: "lane-name" }, lane), bar, el("span", { class: "counts" }, parts.join(" · ")));
   }
-  async function act(id, name, query) {
+  // Actions that lose work or stop it ask first.
+  const CONFIRM = {
+    cancel: (id) => [`Cancel job #${id}?`, "Its items that have not run are cancelled now, running ones at their next safe point. A retry can run them again.", "Cancel job"],
+    discard: (id, n) => [`Discard ${n} failed item(s) of job #${id}?`, "They become skipped (their errors kept) and a retry of the job no longer picks them up.", "Discard"],
+  };
+  async function act(id, name, query, count) {
+    if (CONFIRM[name]) {
+      const [title, text, ok] = CONFIRM[name](id, count);
+      if (!(await confirmAction(title, text, ok))) return;
+    }
     try {
       const r = await api("POST", `api/jobs/${id}/${name}${query || ""}`);
       flash(`job ${id}: ${name} — ${r.changed} item(s) changed`, "note");
@@ -248,8 +355,8 @@
     }
     await refreshJob(id);
   }
-  function action(id, name, enabled, query, label) {
-    return el("button", { type: "button", class: `act-${name}`, disabled: !enabled, onclick: (ev) => { ev.stopPropagation(); act(id, name, query); } },
+  function action(id, name, enabled, query, label, count) {
+    return el("button", { type: "button", class: `act-${name}`, disabled: !enabled, onclick: (ev) => { ev.stopPropagation(); act(id, name, query, count); } },
       label || name[0].toUpperCase() + name.slice(1));
   }
   function jobCard(st, linked) {
@@ -257,7 +364,7 @@
     const t = st.totals || {};
     const title = `#${id} ${st.lane_order.join(" → ")}`;
     const head = el("div", { class: "job-head" },
-      linked ? el("a", { class: "title", href: `#/jobs/${id}` }, title) : el("span", { class: "title" }, title),
+      linked ? link(`#/jobs/${id}`, title, "title") : el("span", { class: "title" }, title),
       el("span", { class: `state ${st.state}` }, st.state),
       st.created_at ? el("span", { class: "note" }, "created ", timeEl(st.created_at)) : null,
       el("div", { class: "actions" },
@@ -274,12 +381,67 @@
     const ids = [...jobs.keys()].sort((a, b) => b - a);
     box.replaceChildren(...ids.map((id) => jobCard(jobs.get(id), true)));
     if (!ids.length) box.append(el("p", { class: "note" }, list.state || list.q ? "No job matches." : "No jobs yet."));
-    $("#jobs-newer").disabled = list.page === 0;
+    $("#jobs-newer").disabled = list.page <= 1;
     $("#jobs-older").disabled = list.next == null;
-    $("#jobs-page").textContent = `page ${list.page + 1}` + (list.state ? ` · ${list.state}` : "") + (list.q ? ` · “${list.q}”` : "");
+    $("#jobs-page").textContent = `page ${list.page}` + (list.state ? ` · ${list.state}` : "") + (list.q ? ` · “${list.q}”` : "");
   }
 
-  // -- a job's page -------------------------------------------------------------------------------------------------
+  // -- submit and prune (folded on the jobs page) -----------------------------------------------------------------
+  $("#submit-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const params = {};
+    for (const line of $("#params").value.split("\n")) {
+      const i = line.indexOf("=");
+      if (line.trim() && i > 0) params[line.slice(0, i).trim()] = line.slice(i + 1);
+    }
+    const body = {
+      lanes: $("#lanes").value.split(",").map((s) => s.trim()).filter(Boolean),
+      paths: $("#paths").value.split("\n").map((s) => s.trim()).filter(Boolean),
+      params,
+    };
+    const out = $("#submit-result");
+    try {
+      const r = await api("POST", "api/jobs", body);
+      const left = Object.entries(r.skipped || {}).map(([why, n]) => `${n} ${why}`).join(", ");
+      out.textContent = `job ${r.job} submitted: ${r.items} item(s)` + (left ? `; left out: ${left}` : "");
+      out.className = "note";
+      out.dataset.job = String(r.job);
+      if (list.page === 1 && !list.state && !list.q) await loadJobs();
+    } catch (e) { out.textContent = e.message; out.className = "error"; }
+  });
+  $("#prune-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const age = $("#prune-age").value.trim();
+    const ok = await confirmAction(`Prune jobs finished more than ${age} ago?`,
+      "Finished jobs whose last item changed before then are deleted with their items and events, and so is every older event. The metrics' counters keep counting them. This cannot be undone.", "Prune");
+    if (!ok) return;
+    try {
+      const r = await api("POST", "api/prune", { older_than: age });
+      $("#prune-result").textContent = `pruned ${r.jobs} job(s) and ${r.events} event(s)`;
+      await loadJobs();
+    } catch (e) { $("#prune-result").textContent = e.message; }
+  });
+
+  // -- a job's page ---------------------------------------------------------------------------------------------------
+  defineView({
+    name: "job",
+    pattern: /^\/jobs\/(\d+)$/,
+    title: (m) => `job #${m[1]}`,
+    load: async (m, params) => {
+      const id = Number(m[1]);
+      if (detail.id !== id) { detail.id = id; detail.st = null; }
+      const it = detail.items;
+      it.state = params.get("state") || "";
+      it.lane = params.get("lane") || "";
+      it.after = params.get("after");
+      it.page = it.after == null ? 1 : Math.max(1, Number(params.get("page") || 2)) || 2;
+      $("#item-state").value = it.state;
+      await loadJob();
+      $("#item-lane").value = it.lane;
+      await loadItems();
+      await loadFeed("#job-events", { job: id, tail: 30 });
+    },
+  });
   async function loadJob() {
     const id = detail.id;
     try {
@@ -287,12 +449,19 @@
       if (detail.id === id) renderDetail();
     } catch (e) {
       if (e.status === 404) {
+        $("#detail-id").textContent = `#${id}`;
         $("#job-card").replaceChildren(el("p", { class: "error" }, `No job #${id} (never submitted, or pruned).`));
         $("#failures").replaceChildren(); $("#job-times").replaceChildren(); $("#job-params").replaceChildren();
-      } else if (e.status !== 401) flash(e.message, "error");
+      } else report(e);
     }
   }
   function fact(box, term, ...value) { box.append(el("dt", {}, term), el("dd", {}, ...value)); }
+  function etaFact(box, times) {
+    const rates = Object.entries(times.rates || {}).map(([l, r]) => `${l} ${r < 10 ? r.toFixed(2) : Math.round(r)}/s`).join(", ");
+    const text = times.eta == null ? "measuring… (shown once the lanes' rates are stable)" : `about ${duration(times.eta)}`;
+    const dd = el("span", { id: "eta", "data-eta": times.eta == null ? "" : String(times.eta), "data-now": String(times.now) }, text);
+    fact(box, "ETA", dd, rates ? el("span", { class: "note" }, ` (at ${rates})`) : null);
+  }
   function renderDetail() {
     const st = detail.st;
     if (!st) return;
@@ -306,16 +475,16 @@
     fact(tbox, "Finished", timeEl(times.finished_at));
     fact(tbox, times.finished_at != null ? "Ran" : "Running for", duration(times.ran));
     if (times.took != null) fact(tbox, "Took", duration(times.took));
-    if (times.finished_at == null) fact(tbox, "ETA", times.eta == null ? "– (no recent rate)" : `about ${duration(times.eta)}`);
+    if (times.finished_at == null) etaFact(tbox, times);
     const pbox = $("#job-params");
     pbox.replaceChildren();
     const entries = Object.entries(st.params || {}).filter(([k]) => !k.startsWith("job."));
     for (const [k, v] of entries) fact(pbox, k, typeof v === "string" ? v : JSON.stringify(v));
-    if (!entries.length) pbox.append(el("dd", { class: "note" }, "none"));
+    if (!entries.length) fact(pbox, "none", "–");
     const laneSel = $("#item-lane");
     const want = st.lane_order.join(",");
     if (laneSel.dataset.lanes !== want) {
-      const keep = laneSel.value;
+      const keep = detail.items.lane;
       laneSel.replaceChildren(el("option", { value: "" }, "any"), ...st.lane_order.map((l) => el("option", { value: l }, l)));
       laneSel.dataset.lanes = want;
       laneSel.value = keep;
@@ -323,25 +492,35 @@
     renderFailures(st);
   }
   function groupQuery(g) { return `?lane=${encodeURIComponent(g.lane)}&reason=${encodeURIComponent(g.reason)}`; }
-  function exampleItem(x) {
-    return el("li", { "data-item": String(x.item || x.id) }, `item ${x.item || x.id}: ${x.path || ""} — ${x.error || ""}`);
+  function itemHref(job, item) { return `#/jobs/${job}/items/${item}`; }
+  function exampleItem(job) {
+    return (x) => {
+      const id = x.item || x.id;
+      return el("li", { "data-item": String(id) }, link(itemHref(job, id), `item ${id}`), x.path ? ` · ${x.path}` : "");
+    };
   }
   function renderFailures(st) {
     const groups = st.failures || [];
     const box = $("#failures");
     box.replaceChildren(...groups.map((g) => {
-      const examples = el("ul", {}, ...g.examples.map(exampleItem));
+      const examples = el("ul", {}, ...g.examples.map(exampleItem(st.job)));
       const buttons = [];
       if (g.state === "failed") {
         buttons.push(action(st.job, "retry", true, groupQuery(g), `Retry ${g.count}`));
-        buttons.push(action(st.job, "discard", true, groupQuery(g), "Discard"));
+        buttons.push(action(st.job, "discard", true, groupQuery(g), "Discard", g.count));
       }
       if (g.count > g.examples.length) {
         buttons.push(el("button", { type: "button", class: "act-show", onclick: () => showAll(st.job, g, examples) }, `Show all ${g.count}`));
       }
+      const cascade = Object.entries(g.cascade || {});
+      const caused = cascade.length
+        ? el("p", { class: "cascade note", "data-skipped": String(g.cascade_total || 0), "data-lanes": String(cascade.length) },
+          `and ${g.cascade_total} item(s) of ${cascade.length} later lane(s) skipped because of it: `,
+          cascade.map(([lane, n]) => `${n} in ${lane}`).join(", "))
+        : null;
       return el("div", { class: "failure", "data-lane": g.lane, "data-count": String(g.count), "data-state": g.state },
         el("div", { class: "failure-head" }, el("strong", {}, `${g.count} × ${g.state} in ${g.lane}`), el("span", { class: "actions" }, ...buttons)),
-        el("div", { class: "reason" }, g.reason), examples);
+        el("div", { class: "reason" }, g.reason), caused, examples);
     }));
     if (!groups.length) box.append(el("p", { class: "note" }, "No failures."));
     const left = Object.entries(st.skipped || {}).map(([why, n]) => `${n} ${why}`).join(", ");
@@ -359,154 +538,315 @@
         if (r.next == null) break;
         after = r.next;
       }
-      ul.replaceChildren(...rows.map(exampleItem));
+      ul.replaceChildren(...rows.map(exampleItem(id)));
       ul.classList.add("all");
-    } catch (e) { flash(e.message, "error"); }
+    } catch (e) { report(e); }
   }
 
   async function loadItems() {
     const id = detail.id;
     const it = detail.items;
-    const qs = pageQuery(50, { state: it.state, lane: it.lane }, it);
+    const qs = new URLSearchParams({ limit: "50" });
+    if (it.state) qs.set("state", it.state);
+    if (it.lane) qs.set("lane", it.lane);
+    if (it.after != null) qs.set("after", it.after);
     try {
       const r = await api("GET", `api/jobs/${id}/items?${qs}`);
       if (detail.id !== id) return;
       it.next = r.next;
+      it.cursors.set(`${id}|${it.state}|${it.lane}|${it.page}`, it.after);
       const cell = (label, ...c) => el("td", { "data-label": label }, ...c);
       $("#items tbody").replaceChildren(...r.items.map((x) => el("tr", { "data-item": String(x.id), "data-state": x.state },
-        cell("item", String(x.id)), cell("lane", x.lane), cell("state", el("span", { class: `state ${x.state}` }, x.state)),
-        cell("attempts", String(x.attempt)), cell("worker", x.worker || "–"), cell("photo", x.path && hist() ? hist().photoLink(x.path) : x.path || "–"),
+        cell("item", link(itemHref(id, x.id), String(x.id))), cell("lane", x.lane), cell("state", el("span", { class: `state ${x.state}` }, x.state)),
+        cell("attempts", String(x.attempt)), cell("worker", x.worker || "–"), cell("photo", x.photo != null ? photoRef(x.photo, x.path) : x.path && hist() ? hist().photoLink(x.path) : x.path || "–"),
         cell("error", x.error || ""), cell("updated", timeEl(x.updated_at)))));
-      $("#items-first").disabled = it.page === 0;
+      $("#items-first").disabled = it.page <= 1;
       $("#items-more").disabled = it.next == null;
-      $("#items-page").textContent = r.items.length ? `page ${it.page + 1}` : "no items match";
-    } catch (e) { if (e.status !== 401 && e.status !== 404) flash(e.message, "error"); }
+      $("#items-page").textContent = r.items.length ? `page ${it.page}` : "no items match";
+    } catch (e) { if (e.status !== 404) report(e); }
   }
-  $("#items-filter").addEventListener("submit", async (ev) => {
+  function itemParams(extra) { return { state: detail.items.state, lane: detail.items.lane, ...extra }; }
+  $("#items-filter").addEventListener("submit", (ev) => {
     ev.preventDefault();
-    detail.items = { state: $("#item-state").value, lane: $("#item-lane").value, cursors: [null], page: 0, next: null };
-    await loadItems();
+    go(`/jobs/${detail.id}`, { state: $("#item-state").value, lane: $("#item-lane").value });
   });
-  $("#items-more").addEventListener("click", async () => {
+  $("#items-more").addEventListener("click", () => {
     const it = detail.items;
     if (it.next == null) return;
-    it.cursors[it.page + 1] = it.next; it.page += 1;
-    await loadItems();
+    go(`/jobs/${detail.id}`, itemParams({ after: it.next, page: it.page + 1 }));
   });
-  $("#items-first").addEventListener("click", async () => { detail.items.page = 0; await loadItems(); });
+  $("#items-first").addEventListener("click", () => { go(`/jobs/${detail.id}`, itemParams({})); });
 
-  // -- lanes: depth, throughput chart, workers, pause/resume ------------------------------------------------------
+  // -- an item's page: its attempts ---------------------------------------------------------------------------------
+  defineView({
+    name: "item",
+    pattern: /^\/jobs\/(\d+)\/items\/(\d+)$/,
+    title: (m) => `item ${m[2]} of job #${m[1]}`,
+    load: async (m) => {
+      const job = Number(m[1]), item = Number(m[2]);
+      $("#item-back").href = `#/jobs/${job}`;
+      $("#item-back").textContent = `← Job #${job}`;
+      $("#item-title").textContent = `Item ${item} of job #${job}`;
+      let r;
+      try { r = await api("GET", `api/jobs/${job}/items/${item}`); } catch (e) {
+        if (e.status === 404) {
+          $("#item-facts").replaceChildren(el("dd", { class: "error" }, `Job #${job} has no item ${item} (or it was pruned).`));
+          $("#attempts").replaceChildren(); $("#item-events").replaceChildren(); $("#item-actions").replaceChildren();
+        } else report(e);
+        return;
+      }
+      const x = r.item;
+      const box = $("#item-facts");
+      box.replaceChildren();
+      fact(box, "Lane", x.lane);
+      fact(box, "State", el("span", { class: `state ${x.state}`, id: "item-state-now" }, x.state));
+      fact(box, "Photo", photoRef(x.photo, x.path));
+      fact(box, "Attempts", String(x.attempt));
+      if (x.worker) fact(box, "Worker", x.worker);
+      if (x.error) fact(box, "Last error", el("span", { class: "mono" }, x.error));
+      fact(box, "Updated", timeEl(x.updated_at));
+      $("#item-actions").replaceChildren(
+        action(job, "retry", x.state === "failed" || x.state === "cancelled", `?item=${item}`, "Retry this item"),
+        action(job, "discard", x.state === "failed", `?item=${item}`, "Discard this item", 1));
+      $("#attempts").replaceChildren(...r.attempts.map((a) => el("li", { class: "attempt", "data-outcome": a.outcome, "data-attempt": String(a.attempt) },
+        el("div", { class: "attempt-head" }, el("strong", {}, `Attempt ${a.attempt}`), " ",
+          el("span", { class: `state ${a.outcome === "succeeded" ? "succeeded" : a.outcome === "running" ? "running" : "failed"}` }, a.outcome.replace("_", " ")),
+          " · claimed ", timeEl(a.claimed_at), a.waited != null ? ` after waiting ${duration(a.waited)}` : "",
+          a.ran != null ? ` · ran ${duration(a.ran)}` : "", a.worker ? ` · ${a.worker}` : ""),
+        a.error ? el("p", { class: "mono error-text" }, a.error) : null,
+        a.traceback ? el("details", { class: "traceback" }, el("summary", {}, "Traceback"), el("pre", {}, a.traceback)) : null)));
+      if (!r.attempts.length) $("#attempts").append(el("li", { class: "note" }, "Not claimed yet (or its events were pruned)."));
+      renderFeed($("#item-events"), r.events, false);
+    },
+  });
+  function photoRef(photo, path) {
+    if (photo == null) return path || "–";
+    // The photo page (another view) links here when it is defined.
+    return hasView("photo") ? link(`#/photos/${photo}`, path || `photo ${photo}`) : (path || `photo ${photo}`);
+  }
+
+  // -- lanes: depth, throughput chart with axes and a range, pause/resume ------------------------------------------
+  const RANGES = { 900: 15, 3600: 60, 21600: 300, 86400: 600 };  // window -> seconds per bar
+  defineView({
+    name: "lanes",
+    pattern: /^\/lanes$/,
+    title: () => "lanes",
+    load: async (m, params) => {
+      const range = RANGES[params.get("range")] ? params.get("range") : "3600";
+      $("#lane-range").value = range;
+      await loadLanes();
+    },
+  });
+  $("#lane-range").addEventListener("change", () => go("/lanes", { range: $("#lane-range").value }));
+  function fmtClock(epoch) {
+    const d = new Date(epoch * 1000);
+    return prefs.times === "utc" ? `${pad(d.getUTCHours())}:${pad(d.getUTCMinutes())} UTC` : `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+  }
+  function svgEl(tag, attrs, text) {
+    const n = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs)) n.setAttribute(k, String(v));
+    if (text != null) n.textContent = text;
+    return n;
+  }
   function chart(lane, counts, start, bucket) {
-    const w = 600, h = 80, n = counts.length || 1;
+    const w = 640, h = 110, left = 34, bottom = 18, top = 6, n = counts.length || 1;
     const max = Math.max(1, ...counts);
     const total = counts.reduce((a, b) => a + b, 0);
-    const svg = document.createElementNS(SVG, "svg");
-    svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
-    svg.setAttribute("preserveAspectRatio", "none");
-    svg.setAttribute("class", "chart");
-    svg.setAttribute("role", "img");
-    svg.setAttribute("aria-label", `${lane}: ${total} items finished in the last ${Math.round((n * bucket) / 60)} minutes, at most ${max === 1 && !total ? 0 : max} a minute`);
-    svg.setAttribute("data-total", String(total));
-    const bw = w / n;
+    const ph = h - bottom - top, pw = w - left;
+    const svg = svgEl("svg", { viewBox: `0 0 ${w} ${h}`, class: "chart", role: "img", "data-total": total, "data-max": max,
+      "aria-label": `${lane}: ${total} items finished in the last ${duration(n * bucket)}, at most ${total ? max : 0} per ${duration(bucket)}` });
+    const bw = pw / n;
     counts.forEach((c, i) => {
       if (!c) return;
-      const r = document.createElementNS(SVG, "rect");
-      const bh = Math.max(2, (h - 4) * (c / max));
-      r.setAttribute("x", String(i * bw + 0.5));
-      r.setAttribute("y", String(h - bh));
-      r.setAttribute("width", String(Math.max(1, bw - 1)));
-      r.setAttribute("height", String(bh));
-      const title = document.createElementNS(SVG, "title");
-      title.textContent = `${c} finished in the minute from ${absolute(start + i * bucket)}`;
-      r.append(title);
+      const bh = Math.max(2, ph * (c / max));
+      const r = svgEl("rect", { x: left + i * bw + 0.5, y: top + ph - bh, width: Math.max(1, bw - 1), height: bh });
+      r.append(svgEl("title", {}, `${c} finished in the ${duration(bucket)} from ${absolute(start + i * bucket)}`));
       svg.append(r);
     });
-    const base = document.createElementNS(SVG, "line");
-    base.setAttribute("x1", "0"); base.setAttribute("x2", String(w));
-    base.setAttribute("y1", String(h - 0.5)); base.setAttribute("y2", String(h - 0.5));
-    base.setAttribute("class", "axis");
-    svg.append(base);
+    svg.append(svgEl("line", { x1: left, x2: w, y1: top + ph + 0.5, y2: top + ph + 0.5, class: "axis" }));
+    svg.append(svgEl("line", { x1: left - 0.5, x2: left - 0.5, y1: top, y2: top + ph, class: "axis" }));
+    svg.append(svgEl("text", { x: left - 4, y: top + 8, "text-anchor": "end", class: "tick" }, String(max)));
+    svg.append(svgEl("text", { x: left - 4, y: top + ph, "text-anchor": "end", class: "tick" }, "0"));
+    svg.append(svgEl("text", { x: left, y: h - 4, "text-anchor": "start", class: "tick" }, fmtClock(start)));
+    svg.append(svgEl("text", { x: left + pw / 2, y: h - 4, "text-anchor": "middle", class: "tick" }, fmtClock(start + (n * bucket) / 2)));
+    svg.append(svgEl("text", { x: w, y: h - 4, "text-anchor": "end", class: "tick" }, "now"));
     return svg;
   }
-  async function laneControl(lane, verb) {
+  async function laneControl(lane, verb, pending) {
+    if (verb === "pause") {
+      const ok = await confirmAction(`Pause lane ${lane} for every job?`,
+        `Nothing more of it starts (${pending} item(s) wait) until it is resumed; running items finish. Other lanes go on.`, "Pause lane");
+      if (!ok) return;
+    }
     try {
       const r = await api("POST", `api/lanes/${encodeURIComponent(lane)}/${verb}`);
       flash(r.changed ? `lane ${lane}: ${verb}d` : `lane ${lane} was already ${verb === "pause" ? "paused" : "running"}`, "note");
-    } catch (e) { flash(e.message, "error"); }
+    } catch (e) { report(e); }
     await loadLanes();
   }
   async function loadLanes() {
+    const range = $("#lane-range").value || "3600";
     let r;
-    try { r = await api("GET", "api/console/lanes"); } catch (e) { if (e.status !== 401) flash(e.message, "error"); return; }
+    try { r = await api("GET", `api/console/lanes?window=${range}&bucket=${RANGES[range] || 60}`); } catch (e) { report(e); return; }
     const cards = r.lanes.map((l) => {
       const d = l.depth || {};
       const total = l.finished_total || 0;
-      const stat = (name) => el("div", { class: "stat" }, el("span", { class: "num" }, String(d[name] || 0)), el("span", { class: "note" }, name));
+      const stat = (name, value, label) => el("div", { class: "stat" }, el("span", { class: "num" }, String(value)), el("span", { class: "note" }, label || name));
+      const waiting = (d.pending || 0) + (d.queued || 0);
       const workers = l.workers.length
-        ? el("ul", { class: "lane-workers" }, ...l.workers.map((w) => el("li", {}, `${w.host}:${w.pid} (${w.held} held)`)))
+        ? el("ul", { class: "lane-workers" }, ...l.workers.map((w) => el("li", {},
+          link("#/workers", `${w.host}:${w.pid}`), ` — ${w.running} running now, ${w.held} held`)))
         : el("p", { class: "note" }, "no live worker serves this lane");
       return el("section", { class: "lane-card panel", "data-lane": l.lane, "data-paused": String(!!l.paused),
         "data-pending": String(d.pending || 0), "data-queued": String(d.queued || 0), "data-running": String(d.running || 0),
-        "data-finished": String(total), "aria-label": `lane ${l.lane}` },
+        "data-running-now": String(l.running_now || 0), "data-finished": String(total), "aria-label": `lane ${l.lane}` },
       el("div", { class: "job-head" }, el("h3", {}, l.lane),
         el("span", { class: `state ${l.paused ? "paused" : "running"}` }, l.paused ? "paused" : "running"),
         l.paused && l.paused_at ? el("span", { class: "note" }, "since ", timeEl(l.paused_at)) : null,
         el("div", { class: "actions" },
-          el("button", { type: "button", class: "act-lane-pause", disabled: !!l.paused, onclick: () => laneControl(l.lane, "pause") }, "Pause lane"),
+          el("button", { type: "button", class: "act-lane-pause", disabled: !!l.paused, onclick: () => laneControl(l.lane, "pause", waiting) }, "Pause lane"),
           el("button", { type: "button", class: "act-lane-resume", disabled: !l.paused, onclick: () => laneControl(l.lane, "resume") }, "Resume lane"))),
-      el("div", { class: "stats" }, stat("waiting"), stat("pending"), stat("queued"), stat("running"), stat("paused"),
-        el("div", { class: "stat" }, el("span", { class: "num" }, String(total)), el("span", { class: "note" }, "finished, last hour"))),
+      el("div", { class: "stats" }, stat("waiting", d.waiting || 0), stat("pending", d.pending || 0), stat("queued", d.queued || 0),
+        stat("running now", l.running_now || 0), stat("held", d.running || 0), stat("paused", d.paused || 0),
+        stat("finished", total, `finished, last ${duration(r.window)}`)),
       chart(l.lane, l.finished || [], r.start, r.bucket),
       el("h4", {}, "Live workers"), workers);
     });
     $("#lane-cards").replaceChildren(...cards);
   }
-  setInterval(() => { if (!$("#main").hidden && currentView().view === "lanes") loadLanes(); }, 2000);
+  setInterval(() => { if (!$("#main").hidden && current.view === "lanes" && !offline) loadLanes(); }, 2000);
 
-  // -- workers and events -----------------------------------------------------------------------------------------
+  // -- workers: each process, its threads and what each busy one runs now ---------------------------------------------
+  // a photo's history (#/photos/ID, #/photo?path=P): drawn by history.js into #view-photo
+  defineView({ name: "photo", pattern: /^\/photos\/\d+$|^\/photo$/, title: () => "photo",
+    load: async () => { if (hist()) await hist().show(location.hash); } });
+  defineView({ name: "workers", pattern: /^\/workers$/, title: () => "workers", load: () => loadWorkers() });
   async function loadWorkers() {
+    let r;
+    try { r = await api("GET", "api/workers"); } catch (e) { report(e); return; }
+    const cards = r.workers.map((w) => {
+      const state = w.state || "live";
+      let beat = "–";
+      if (state === "stopped" && w.stopped_at) beat = el("span", {}, "stopped ", timeEl(w.stopped_at));
+      else if (w.heartbeat_age != null) beat = el("span", { "data-age": String(w.heartbeat_age) }, `last heartbeat ${duration(w.heartbeat_age)} ago`);
+      const busy = w.running || [];
+      const idle = w.threads != null ? Math.max(0, w.threads - busy.length) : null;
+      const rows = busy.map((t) => el("li", { class: "thread", "data-job": String(t.job), "data-item": String(t.item), "data-lane": t.lane },
+        el("span", { class: "mono" }, t.thread || "thread"), ": ",
+        link(`#/jobs/${t.job}`, `job #${t.job}`), " · ", link(itemHref(t.job, t.item), `item ${t.item}`),
+        ` · ${t.lane} · `, photoRef(t.photo, t.path), " · since ", timeEl(t.since)));
+      const waiting = w.held - busy.length;
+      return el("section", { class: `worker panel worker-${state}`, "data-worker": w.id, "data-state": state, "aria-label": `worker ${w.host}:${w.pid}` },
+        el("div", { class: "job-head" }, el("h3", {}, `${w.host}:${w.pid ?? "?"}`), el("span", { class: `state ${state === "live" ? "running" : state === "stale" ? "failed" : "cancelled"}` }, state), el("span", { class: "note" }, beat)),
+        el("p", { class: "note" }, `lanes: ${w.lanes.join(", ") || "–"} · threads: ${w.threads ?? "?"}` + (idle != null ? ` (${idle} idle)` : "") +
+          ` · items held: ${w.held}` + (waiting > 0 ? ` (${waiting} waiting in a batch)` : "")),
+        busy.length ? el("ul", { class: "threads" }, ...rows) : el("p", { class: "note" }, state === "live" ? "idle" : "–"));
+    });
+    $("#workers").replaceChildren(...cards);
+    $("#no-workers").hidden = cards.length > 0;
+  }
+  setInterval(() => { if (!$("#main").hidden && current.view === "workers" && !offline) loadWorkers(); }, 2000);
+
+  // -- the event feed --------------------------------------------------------------------------------------------------
+  defineView({
+    name: "events",
+    pattern: /^\/events$/,
+    title: () => "events",
+    load: async (m, params) => {
+      const type = params.get("type") || "";
+      const sel = $("#event-type");
+      if (type && ![...sel.options].some((o) => o.value === type)) sel.append(el("option", { value: type }, type));
+      sel.value = type;
+      $("#event-job").value = params.get("job") || "";
+      const q = { tail: 100 };
+      if (params.get("type")) q.type = params.get("type");
+      if (params.get("job")) q.job = params.get("job");
+      await loadFeed("#events", q);
+    },
+  });
+  $("#events-filter").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    go("/events", { type: $("#event-type").value, job: $("#event-job").value.trim() });
+  });
+  function summary(e) {
+    const d = e.detail || {};
+    const parts = [];
+    if (d.error) parts.push(d.error);
+    if (d.reason) parts.push(d.reason);
+    if (d.state) parts.push(`→ ${d.state}`);
+    if (d.delay != null) parts.push(`retry in ${duration(d.delay)}`);
+    if (d.by) parts.push(`by ${d.by}`);
+    if (d.items != null && typeof d.items === "number") parts.push(`${d.items} item(s)`);
+    if (d.photos != null && typeof d.photos === "number") parts.push(`${d.photos} photo(s)`);
+    if (d.waited != null) parts.push(`waited ${duration(d.waited)}`);
+    if (d.cancelled_now != null) parts.push(`${d.cancelled_now} cancelled now`);
+    return parts.join(" · ");
+  }
+  function feedItem(e) {
+    const refs = [];
+    if (e.job != null) refs.push(link(`#/jobs/${e.job}`, `job #${e.job}`));
+    if (e.item != null && e.job != null) refs.push(link(itemHref(e.job, e.item), `item ${e.item}`));
+    if (e.photo != null) refs.push(photoRef(e.photo, null));
+    if (e.lane) refs.push(e.lane);
+    const what = summary(e);
+    const li = el("li", { "data-cursor": String(e.cursor), "data-type": e.type },
+      el("span", { class: "cursor" }, String(e.cursor)), " ", timeEl(e.at), " ", el("strong", { class: "type" }, e.type));
+    for (const r of refs) li.append(" · ", r instanceof Node ? r : document.createTextNode(r));
+    if (what) li.append(el("span", { class: "detail" }, what));
+    return li;
+  }
+  function renderFeed(box, events, newestFirst) {
+    const items = events.map(feedItem);
+    box.replaceChildren(...(newestFirst === false ? items : items.reverse()));
+    if (!events.length) box.append(el("li", { class: "note" }, "No events."));
+  }
+  async function loadFeed(sel, q) {
+    const qs = new URLSearchParams();
+    for (const [k, v] of Object.entries(q)) qs.set(k, String(v));
     try {
-      const r = await api("GET", "api/workers");
-      const cell = (label, ...c) => el("td", { "data-label": label }, ...c);
-      const rows = r.workers.map((w) => {
-        const state = w.state || "live";
-        let beat = "–";
-        if (state === "stopped" && w.stopped_at) beat = el("span", {}, "stopped ", timeEl(w.stopped_at));
-        else if (w.last_heartbeat != null) beat = timeEl(w.last_heartbeat);
-        return el("tr", { "data-worker": w.id, "data-state": state, class: `worker-${state}` },
-          cell("worker", `${w.host}:${w.pid}`), cell("state", state), cell("lanes", w.lanes.join(", ")),
-          cell("items", String(w.held)), cell("heartbeat", beat));
-      });
-      $("#workers tbody").replaceChildren(...rows);
-      $("#no-workers").hidden = rows.length > 0;
-    } catch (e) { /* shown by the login screen on 401 */ }
+      const r = await api("GET", `api/events?${qs}`);
+      const box = $(sel);
+      box.dataset.filter = JSON.stringify(q);
+      renderFeed(box, r.events, true);
+      cursor = Math.max(cursor, r.next || 0);
+    } catch (e) { report(e); }
   }
-  function addEvent(e) {
-    const what = [`job ${e.job ?? "-"}`, e.lane || "", e.item ? `item ${e.item}` : "", e.type].filter(Boolean).join(" ");
-    const events = $("#events");
-    events.prepend(el("li", { "data-cursor": String(e.cursor), "data-type": e.type }, el("span", { class: "cursor" }, String(e.cursor)), " ", timeEl(e.at), " ", what));
-    while (events.children.length > 100) events.lastChild.remove();
+  function feedMatches(box, e) {
+    const q = JSON.parse(box.dataset.filter || "{}");
+    if (q.job != null && String(e.job) !== String(q.job)) return false;
+    if (q.type && !q.type.split(",").includes(e.type)) return false;
+    return true;
   }
-  async function loadEvents() {
-    const r = await api("GET", "api/events?tail=50");
-    $("#events").replaceChildren();
-    for (const e of r.events) addEvent(e);
-    cursor = r.next || 0;
+  function addLive(e) {
+    const boxes = current.view === "events" ? ["#events"] : current.view === "job" ? ["#job-events"] : [];
+    for (const sel of boxes) {
+      const box = $(sel);
+      if (!feedMatches(box, e)) continue;
+      const none = box.querySelector("li.note");
+      if (none) none.remove();
+      box.prepend(feedItem(e));
+      while (box.children.length > 100) box.lastChild.remove();
+    }
   }
+
+  // -- live: the event stream --------------------------------------------------------------------------------------------
   function setLive(on) {
     const b = $("#live");
     b.textContent = on ? "live" : "offline";
     b.className = on ? "live on" : "live off";
   }
-  function connect() {
+  async function connect() {
     if (source) source.close();
+    if (!cursor) {
+      try { cursor = (await api("GET", "api/events?tail=1")).next || 0; } catch (e) { return; }
+    }
     source = new EventSource(`api/events/stream?after=${cursor}`);
-    source.onopen = () => setLive(true);
+    source.onopen = () => { setLive(true); setOffline(false); };
     source.onerror = () => setLive(false);   // the browser reconnects with Last-Event-ID
     const onEvent = (msg) => {
       const e = JSON.parse(msg.data);
-      cursor = e.cursor;
-      addEvent(e);
+      cursor = Math.max(cursor, e.cursor);
+      addLive(e);
       if (e.job != null) dirty.add(e.job);
       if (e.type === "job_submitted") dirty.add("list");
       if (e.type === "lane_paused" || e.type === "lane_resumed") lanesDirty = true;
@@ -524,12 +864,11 @@
   async function flush() {
     refreshTimer = null;
     const ids = [...dirty]; dirty.clear();
-    const view = currentView().view;
+    const view = current.view;
     if (view === "home") {
       const newer = ids.includes("list") || ids.some((id) => typeof id === "number" && !jobs.has(id) && id > Math.max(0, ...jobs.keys()));
-      if (newer && list.page === 0 && !list.state && !list.q) await loadJobs();
+      if (newer && list.page === 1) await loadJobs();
       else for (const id of ids) if (jobs.has(id)) await refreshJob(id);
-      await loadWorkers();
     } else if (view === "job" && ids.includes(detail.id)) {
       await loadJob();
       await loadItems();
@@ -538,8 +877,9 @@
       await loadLanes();
     }
   }
-  setInterval(() => { if (!$("#main").hidden && currentView().view === "home") loadWorkers(); }, 3000);
+  // The ETA and durations move between events too.
+  setInterval(() => { if (!$("#main").hidden && current.view === "job" && detail.st && !offline && detail.st.times && detail.st.times.finished_at == null) loadJob(); }, 2000);
 
   // -- start ------------------------------------------------------------------------------------------------------------
-  api("GET", "api/session").then(showMain).catch(showLogin);
+  api("GET", "api/session").then(showMain).catch((e) => { if (e.offline) { setOffline(true); showLogin(); } else showLogin(); });
 })();

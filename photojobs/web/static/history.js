@@ -16,7 +16,7 @@
       box = el("div", { id: "view-photo", class: "view", hidden: true },
         el("p", {}, el("a", { href: "#/", class: "back" }, "← All jobs")),
         el("section", { class: "panel", id: "photo-panel", "aria-labelledby": "photo-title" },
-          el("h2", { id: "photo-title" }, "Photo ", el("span", { id: "photo-id" })),
+          el("h2", { id: "photo-title", tabindex: "-1" }, "Photo ", el("span", { id: "photo-id" })),
           el("p", { id: "photo-path", class: "note" }),
           el("table", { id: "photo-history", class: "items" },
             el("thead", {}, el("tr", {}, ...["when", "job", "lane", "what", "from → to", "sha256 before → after", "changes", "undone by"]
