@@ -14,6 +14,15 @@ from photojobs.testing.samples import generate_samples
 from photos.fileops import sha256_file
 
 
+def _visible_files(root: Path) -> list[Path]:
+    """The files under ``root`` that are photos: not hidden, and not in a hidden folder (the
+    originals kept for undo live in ``ROOT/.photojobs-history``)."""
+    return [
+        p for p in root.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir", type=Path, default=Path("demo-photos"))
@@ -38,8 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             kill_worker_at=0.35,
         )
     )
-    archived = [p for p in archive.rglob("*") if p.is_file() and not p.name.startswith(".")]
-    left = [p for p in photos.rglob("*") if p.is_file() and not p.name.startswith(".")]
+    archived, left = _visible_files(archive), _visible_files(photos)
     temps = [p for p in [*archive.rglob(".*.tmp"), *photos.rglob(".*.tmp")]]
     print(
         f"check: {len(made)} files made; {len(archived)} archived under {archive}; "

@@ -64,7 +64,7 @@ def test_a_photo_page_shows_its_history_and_the_job_page_undoes_the_job(
         assert {p.name: sha256_file(p) for p in (root / "album").iterdir() if p.is_file()} == before
         # When the operator follows an item row's photo to its page
         page.reload()
-        link = page.locator("#items tbody tr a.photo-link").first
+        link = page.locator("#items tbody tr a[href^='#/photos/']").first
         expect(link).to_be_visible()
         link.click()
         # Then it lists the edit, the rename and their undo, with the time before and after
