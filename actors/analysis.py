@@ -23,7 +23,9 @@ def analysis(ctx: ItemContext) -> dict[str, Any]:
         failpoints.hit("analysis.after_check")
         ctx.check()
         with pinned.as_photo():
-            facts = analyze(pinned.name, max_pixels=int(params(ctx).get("max_pixels", DEFAULT_MAX_PIXELS)))
+            facts = analyze(
+                pinned.name, max_pixels=int(params(ctx).get("max_pixels", DEFAULT_MAX_PIXELS)), located=path
+            )
     ctx.check()
     photo_id = ctx.lease.photo_id
     if photo_id is not None:  # recorded in the same commit as the item's success

@@ -13,6 +13,7 @@ from middleware import failpoints
 from middleware.context import ItemContext
 from photos import fileops
 from photos.archive import archive_relpath, build_bundle, verify_bundle
+from photos.capture_time import FILE_TIME
 from photos.containment import open_inside
 from photos.errors import PhotoError
 from photos.sidecar import companion_target, companions
@@ -49,6 +50,8 @@ def archive(ctx: ItemContext) -> dict[str, Any]:
     facts = facts_for(ctx, path)
     relpath = archive_relpath(facts, path, fallback_time(facts, path))
     result = move_photo(ctx, effects, path, root, relpath, [])
+    if not result.get("recovered"):
+        result["taken_from"] = facts.get("taken_from") if facts.get("taken") else FILE_TIME
     prune_empty_dirs(path.parent, photo_root(ctx, path))
     return result
 

@@ -25,4 +25,7 @@ def rename(ctx: ItemContext) -> dict[str, Any]:
     facts = facts_for(ctx, path)
     pattern = params(ctx).get("pattern", DEFAULT_RENAME_PATTERN)
     rendered = render(pattern, facts, path, fallback_time(facts, path))
-    return move_photo(ctx, effects, path, root, rendered.relpath, rendered.notes)
+    result = move_photo(ctx, effects, path, root, rendered.relpath, rendered.notes)
+    if rendered.taken_from is not None:
+        result["taken_from"] = rendered.taken_from
+    return result

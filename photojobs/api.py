@@ -31,8 +31,9 @@ from photojobs.roots import (
 from photos.containment import real_roots
 from photos.errors import InvalidParameter
 from photos.fileops import is_staged_name
+from photos.formats import PHOTO_SUFFIXES
 from photos.params import ALLOWED_ROOTS_KEY, SKIPPED_KEY, refuse_untrusted, validate_params
-from photos.raw import RAW_SUFFIXES, is_raw
+from photos.raw import is_raw
 from photos.sidecar import is_sidecar, owner_of
 from store import console as store_console
 from store import events as store_events
@@ -75,7 +76,6 @@ CONTROL_APPLIES = {
     "resume": ("paused", "pausing"),
 }
 
-PHOTO_SUFFIXES = {".jpg", ".jpeg", ".png", ".tif", ".tiff", ".heic", ".heif", ".webp", *RAW_SUFFIXES}
 
 # Why a folder scan left a file out (the submission result's ``skipped`` counts these).
 SKIP_NOT_PHOTO = "not a photo"
@@ -169,7 +169,7 @@ def _sidecar_reason(owner: str | None) -> str:
         return SKIP_ORPHAN_SIDECAR
     if is_raw(owner):
         return SKIP_SIDECAR
-    return SKIP_PHOTO_SIDECAR if Path(owner).suffix in PHOTO_SUFFIXES else SKIP_NOT_PHOTO
+    return SKIP_PHOTO_SIDECAR if Path(owner).suffix.lower() in PHOTO_SUFFIXES else SKIP_NOT_PHOTO
 
 
 @dataclass(frozen=True)

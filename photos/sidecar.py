@@ -57,11 +57,18 @@ def _entries(folder: Path) -> dict[str, str]:
 
 def companions(photo: str | os.PathLike[str]) -> list[Path]:
     """The sidecars that belong to ``photo``, as found on disk (any case): ``NAME.EXT.xmp``
-    (darktable writes one for any photo), and for a raw then ``NAME.xmp`` (Lightroom's)."""
+    (darktable's, digiKam's default), then ``NAME.xmp`` (Lightroom's, Capture One's) when the photo
+    owns it (:func:`owner_of`: a raw of that stem before any other photo). Any photo's, not only a
+    raw's: a JPEG, HEIC or AVIF moves with its sidecars the same way."""
     photo = Path(photo)
     names = _entries(photo.parent)
     found = []
-    wanted_names = [f"{photo.name}{SUFFIX}"] + ([f"{photo.stem}{SUFFIX}"] if is_raw(photo) else [])
+    wanted_names = [f"{photo.name}{SUFFIX}"]
+    short = f"{photo.stem}{SUFFIX}"
+    if short.casefold() != wanted_names[0].casefold():
+        owner = owner_of(photo.parent / short, set(names))
+        if owner == photo.name.casefold():
+            wanted_names.append(short)
     for wanted in wanted_names:
         name = names.get(wanted.casefold())
         # a regular file only: a symlink (perhaps out of the photo roots) is never read or moved
@@ -93,12 +100,17 @@ def companion_target(companion: Path, photo: Path, new_photo: Path) -> Path:
 
 def owner_of(sidecar: Path, names: set[str]) -> str | None:
     """The file a sidecar belongs to among ``names`` (case-folded names of its folder): ``X.CR2``
-    for ``X.CR2.xmp``, a raw named ``X.*`` for ``X.xmp``; None when neither is there."""
+    for ``X.CR2.xmp``; for ``X.xmp`` a raw named ``X.*``, else another photo named ``X.*`` (the
+    first by name); None when there is none."""
+    from photos.formats import is_photo_name
+
     body = sidecar.name[: -len(SUFFIX)].casefold()
     if body in names:
         return body
     stem = body + "."
-    return next((n for n in sorted(names) if n.startswith(stem) and is_raw(n)), None)
+    photos = sorted(n for n in names if n.startswith(stem) and "." not in n[len(stem) :] and is_photo_name(n))
+    raws = [n for n in photos if is_raw(n)]
+    return (raws or photos or [None])[0]
 
 
 def _tool(path: Path) -> exiftool.ExifTool:
