@@ -27,9 +27,17 @@ REPLACED = "was replaced or removed since it was checked; not moved"
 
 
 def move_photo(
-    ctx: ItemContext, effects: FileEffects, src: Path, root: Path, relpath: str, notes: list[str]
+    ctx: ItemContext,
+    effects: FileEffects,
+    src: Path,
+    root: Path,
+    relpath: str,
+    notes: list[str],
+    *,
+    first_suffix: int = 0,
 ) -> dict[str, Any]:
-    """Move ``src`` to ``root/relpath`` (or the first free ``_N`` suffix), exactly once.
+    """Move ``src`` to ``root/relpath`` (or the first free ``_N`` suffix from ``first_suffix``: a
+    burst's shot its place), exactly once.
 
     The photo is pinned (``containment.pin_inside``) before anything is read: it is hashed through
     the checked descriptor, its staged link is made from that descriptor (so a symlink swapped in
@@ -37,17 +45,23 @@ def move_photo(
     effects.sweep_temps(src.parent)  # staged links earlier attempts of this item left
     with pin_inside(src, readable_roots(ctx) or None, resolve_roots=False) as pinned:
         failpoints.hit(f"{ctx.spec.name}.after_check")
-        return _move_pinned(ctx, effects, pinned, root, relpath, notes)
+        return _move_pinned(ctx, effects, pinned, root, relpath, notes, first_suffix)
 
 
 def _move_pinned(
-    ctx: ItemContext, effects: FileEffects, pinned: Pinned, root: Path, relpath: str, notes: list[str]
+    ctx: ItemContext,
+    effects: FileEffects,
+    pinned: Pinned,
+    root: Path,
+    relpath: str,
+    notes: list[str],
+    first_suffix: int = 0,
 ) -> dict[str, Any]:
     src = pinned.path
     sha = pinned.sha256()
     roots = readable_roots(ctx) or None
     sidecars = [(c, fileops.sha256_file(c, roots=roots)) for c in companions(src)]
-    for n in range(MAX_SUFFIX):
+    for n in range(first_suffix, MAX_SUFFIX):
         target = resolve_target(root, with_suffix(relpath, n))
         if target == src:
             return {"target": str(src), "unchanged": True, "notes": notes}

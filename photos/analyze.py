@@ -98,15 +98,16 @@ def analyze(
 
 
 def header_facts(
-    path: str | os.PathLike[str], *, located: str | os.PathLike[str] | None = None
+    path: str | os.PathLike[str], *, located: str | os.PathLike[str] | None = None, hashed: bool = True
 ) -> dict[str, Any]:
     """The facts a move needs, from the file's bytes and headers only: no pixel is decoded (rename,
     upload and archive of a photo nothing can decode, such as a raw newer than LibRaw). The keys
-    of :func:`analyze` but the pixel measures; ``width``/``height`` None where no header says."""
+    of :func:`analyze` but the pixel measures; ``width``/``height`` None where no header says.
+    ``hashed=False``: without ``sha256`` (not a byte beyond the headers is read)."""
     path = Path(path)
     try:
         with _open(path) as fh:
-            size, sha256 = _hash_stream(fh)
+            size, sha256 = _hash_stream(fh) if hashed else (os.fstat(fh.fileno()).st_size, None)
             facts: dict[str, Any] = {"format": None, "width": None, "height": None, "orientation": 1,
                                      "make": None, "model": None, "lens": None, "gps": None}  # fmt: skip
             if is_raw(path):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import string
 import unicodedata
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
@@ -485,3 +485,25 @@ def plan_targets(
         used.add(_fold(name, case_insensitive))
         plan[key] = name
     return plan
+
+
+def burst_suffix(rank: int, free: Callable[[str], bool], relpath: str, limit: int = 10_000) -> int:
+    """The collision number (:func:`with_suffix`) the ``rank``-th shot of a burst takes: the burst
+    takes the names ``relpath``, ``_1``, ``_2`` … that are ``free`` (not held by a file outside the
+    burst) in its sub-second order, whichever shot runs first. ``limit`` when there is none."""
+    slot = 0
+    for n in range(limit):
+        if free(with_suffix(relpath, n)):
+            if slot == rank:
+                return n
+            slot += 1
+    return limit
+
+
+def is_suffixed(name: str, relpath_name: str) -> bool:
+    """``name`` is ``relpath_name`` or one of its collision names (``x_3.jpg`` for ``x.jpg``)."""
+    if name == relpath_name:
+        return True
+    match = _EXT_RE.match(relpath_name)
+    base, ext = (match["base"], match["ext"]) if match else (relpath_name, "")
+    return re.fullmatch(re.escape(base) + r"_[1-9][0-9]*" + re.escape(ext), name) is not None
