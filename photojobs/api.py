@@ -89,11 +89,14 @@ SKIP_ORPHAN_SIDECAR = "sidecar without its photo"
 
 @dataclass(frozen=True)
 class Scan:
-    """What :func:`scan_photos` found: the photos, their roots, and what it left out, by reason."""
+    """What :func:`scan_photos` found: the photos, their roots, and what it left out: counted by
+    reason (``skipped``) and each file named (``left_out``: ``{"path", "reason"}``, path order;
+    a hidden folder is named once, not its files)."""
 
     photos: list[Path]
     roots: list[Path]
     skipped: dict[str, int]
+    left_out: list[dict[str, str]] = field(default_factory=list)
 
 
 def photo_roots(paths: Iterable[str | Path]) -> list[Path]:
@@ -128,9 +131,11 @@ def scan_photos(paths: Iterable[str | Path], *, any_file: bool = False) -> Scan:
     roots = photo_roots(paths)
     photos: list[Path] = []
     skipped: dict[str, int] = {}
+    left_out: list[dict[str, str]] = []
 
-    def skip(reason: str, n: int = 1) -> None:
-        skipped[reason] = skipped.get(reason, 0) + n
+    def skip(reason: str, *paths: Path) -> None:
+        skipped[reason] = skipped.get(reason, 0) + len(paths)
+        left_out.extend({"path": str(path), "reason": reason} for path in paths)
 
     for raw in paths:
         p = Path(raw).expanduser().resolve()
@@ -138,30 +143,40 @@ def scan_photos(paths: Iterable[str | Path], *, any_file: bool = False) -> Scan:
             photos.append(p)
             continue
         for dirpath, dirnames, filenames in os.walk(p):
-            hidden = [d for d in dirnames if d.startswith(".")]
+            hidden = sorted(d for d in dirnames if d.startswith("."))
             if hidden:
-                skip(SKIP_HIDDEN_FOLDER, len(hidden))
+                skip(SKIP_HIDDEN_FOLDER, *(Path(dirpath) / d for d in hidden))
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             folded = {n.casefold() for n in filenames}
             for name in sorted(filenames):
                 f = Path(dirpath) / name
                 if is_staged_name(name):
-                    skip(SKIP_TEMP)
+                    skip(SKIP_TEMP, f)
                 elif name.startswith("."):
-                    skip(SKIP_HIDDEN)
+                    skip(SKIP_HIDDEN, f)
                 elif any_file or f.suffix.lower() in PHOTO_SUFFIXES:
                     photos.append(f)
                 elif is_sidecar(f):
-                    skip(_sidecar_reason(owner_of(f, folded)))
+                    skip(_sidecar_reason(owner_of(f, folded)), f)
                 else:
-                    skip(SKIP_NOT_PHOTO)
+                    skip(SKIP_NOT_PHOTO, f)
     unique = sorted(set(photos))
-    return Scan(unique, roots, dict(sorted(skipped.items())))
+    named = sorted({(e["path"], e["reason"]) for e in left_out})
+    return Scan(unique, roots, dict(sorted(skipped.items())), [{"path": p, "reason": r} for p, r in named])
 
 
 def skipped_text(skipped: Mapping[str, int]) -> str:
     """``{"not a photo": 3, "hidden file": 1}`` -> ``"3 not a photo, 1 hidden file"``."""
     return ", ".join(f"{n} {reason}" for reason, n in skipped.items())
+
+
+def left_out_lines(left_out: Sequence[Mapping[str, str]], limit: int | None = None) -> list[str]:
+    """``"  PATH: REASON"`` per file a scan left out (the first ``limit``, then how many more)."""
+    shown = left_out if limit is None else left_out[:limit]
+    lines = [f"  {e['path']}: {e['reason']}" for e in shown]
+    if len(shown) < len(left_out):
+        lines.append(f"  … and {len(left_out) - len(shown)} more (--json names every one)")
+    return lines
 
 
 def _sidecar_reason(owner: str | None) -> str:
@@ -174,9 +189,10 @@ def _sidecar_reason(owner: str | None) -> str:
 
 @dataclass(frozen=True)
 class SubmittedJob(store_jobs.Submitted):
-    """``store.jobs.Submitted`` plus what the folder scan left out, by reason."""
+    """``store.jobs.Submitted`` plus what the folder scan left out, by reason and file by file."""
 
     skipped: dict[str, int] = field(default_factory=dict)
+    left_out: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -187,6 +203,7 @@ class Plan:
     roots: list[str]
     fingerprint: str
     skipped: dict[str, int] = field(default_factory=dict)  # what the folder scan left out, by reason
+    left_out: list[dict[str, str]] = field(default_factory=list)  # and each file it left out, named
 
 
 class Client:
@@ -274,7 +291,7 @@ class Client:
             clean[ALLOWED_ROOTS_KEY] = sorted({str(r) for r in real_roots(allowed)})
         if scan.skipped:
             clean[SKIPPED_KEY] = dict(scan.skipped)
-        return Plan(names, clean, inputs, [str(r) for r in roots], fingerprint, scan.skipped)
+        return Plan(names, clean, inputs, [str(r) for r in roots], fingerprint, scan.skipped, scan.left_out)
 
     def submit(
         self,
@@ -302,7 +319,9 @@ class Client:
             priority=priority,
         )
         ring_sweepers(self.settings.redis_url)  # dispatched now, not at the next sweep pass
-        return SubmittedJob(submitted.job_id, submitted.items, submitted.photos, dict(plan.skipped))
+        return SubmittedJob(
+            submitted.job_id, submitted.items, submitted.photos, dict(plan.skipped), list(plan.left_out)
+        )
 
     def find_same_job(self, plan: Plan) -> int | None:
         """The newest job with the same paths, lanes and params (``photojobs run`` resumes it)."""

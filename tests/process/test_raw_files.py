@@ -277,6 +277,15 @@ def test_submit_and_run_say_what_a_folder_scan_left_out(
     assert run.wait() == 0, run.logs()
     summary = run.summary()
     assert summary["skipped_files"] == expected and summary["lanes"]["analysis"]["succeeded"] == 2
+    # and each names every file it left out, with its reason (not only the counts)
+    named = [
+        {"path": str(folder / ".cache"), "reason": "hidden folder"},
+        {"path": str(folder / ".hidden.jpg"), "reason": "hidden file"},
+        {"path": str(folder / "IMG_0001.RW2.xmp"), "reason": "sidecar of a raw"},
+        {"path": str(folder / "notes.txt"), "reason": "not a photo"},
+    ]
+    assert json.loads(as_json.stdout)["left_out"] == named and summary["left_out_files"] == named
+    assert f"  {folder / 'notes.txt'}: not a photo" in plain.stderr.splitlines()
 
 
 def test_s3_upload_puts_the_sidecar_next_to_the_raw_key_and_a_bundle_holds_it(
