@@ -64,9 +64,17 @@ def _bundle(ctx: ItemContext, effects: FileEffects, root: Path, kind: str) -> di
     for src, _ in sources:
         if src.is_symlink() or src.exists():
             check_photo(ctx, src)  # every member at the moment of use, before a byte is read
+    # a photo whose earlier lane failed for a missing file is in the bundle's members (a failed
+    # edit never keeps a photo out of its backup) but has nothing to back up: named, not bundled
+    missing = [str(src) for src, _ in sources if not src.exists() and not src.is_symlink()]
+    sources = [(src, name) for src, name in sources if str(src) not in missing]
+    if not sources:
+        return {"bundle": None, "photos": 0, "missing": missing, "note": "every member's file is gone"}
+    for src, _ in sources:
         if not src.is_file():
-            raise PhotoError(src, "file not found (deleted or moved after submission)")
-    # a raw's XMP sidecars go into the bundle with it, named after its name in the bundle
+            raise PhotoError(src, "not a regular file")
+    photos = len(sources)
+    # a photo's XMP sidecars go into the bundle with it, named after its name in the bundle
     sources += [
         (c, companion_target(c, src, Path(name)).name) for src, name in list(sources) for c in companions(src)
     ]
@@ -98,7 +106,8 @@ def _bundle(ctx: ItemContext, effects: FileEffects, root: Path, kind: str) -> di
         applied = effects.apply_and_mark(
             intent, kind="publish", staged=staged, target=target, source=None, sha256=sha
         )
-        return result_of(applied, bundle=str(target), photos=len(members), sha256=sha)
+        extra = {"missing": missing} if missing else {}
+        return result_of(applied, bundle=str(target), photos=photos, sha256=sha, **extra)
     raise PhotoError(root, f"no free bundle name after {MAX_SUFFIX} tries")
 
 

@@ -133,7 +133,7 @@ def succeed(
     control: str | None = None
     if not last_lane:
         control = lock_for_finish(s, lease)  # job -> item: the next lane's state follows it
-        bundle = lock_bundle(s, lease.job_id, lease.position + 1)
+        bundle = lock_bundle(s, lease.job_id, lease.position + 1, lease.photo_ids)
     conn = s.connection()
     dialect = conn.dialect.name
     row = conn.execute(
@@ -185,7 +185,7 @@ def fail(
         _end_lease(s, lease, state=state, error=error, not_before=db_now() + delay)
         emit_for(s, "item_retry_scheduled", lease, worker, {"error": error, "delay": delay, "state": state})
         return state
-    bundle = lock_bundle(s, lease.job_id, lease.position + 1)
+    bundle = lock_bundle(s, lease.job_id, lease.position + 1, lease.photo_ids, failed=True)
     _end_lease(s, lease, release=False, state=FAILED, error=error)
     reason = f"{lease.lane} failed: {error}"
     skipped = skip_later(s, lease.job_id, lease.position, lease.photo_ids, reason, state_for(control), bundle)
