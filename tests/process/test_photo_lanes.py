@@ -70,12 +70,14 @@ def test_bad_inputs_fail_clearly_and_the_rest_finish(
     assert "not an image" in failed["corrupt_text_03.jpg"]
     assert "pixels" in failed["bomb.png"]
     assert "not found" in failed["doomed.jpg"] or "No such file" in failed["doomed.jpg"]
-    # And their rename items were skipped with the reason, never run
-    skipped = [i for i in with_paths.values() if i.state == "skipped"]
-    assert len(skipped) == 5 and all("analysis failed" in (i.error or "") for i in skipped)
+    # And their rename items ran all the same (rename needs no analysis: a move never decodes a
+    # photo), only the deleted file's failing, again naming it; nothing was skipped
+    assert not [i for i in with_paths.values() if i.state == "skipped"]
+    rename_failed = [i.error or "" for i in with_paths.values() if i.lane == "rename" and i.state == "failed"]
+    assert len(rename_failed) == 1 and "doomed.jpg" in rename_failed[0]
     # And the good ones (including the unicode name) were renamed; the burst got distinct suffixes
     renamed = [Path(i.result["target"]) for i in with_paths.values() if i.lane == "rename" and i.result]
-    assert len(renamed) == 4 + 1 + 8 and len(set(renamed)) == len(renamed)
+    assert len(renamed) == 4 + 1 + 8 + 4 and len(set(renamed)) == len(renamed)
     burst = sorted(p.name for p in renamed if sha256_file(p) == burst_sha)
     stem = burst[0].rsplit(".", 1)[0]
     assert burst == sorted([f"{stem}.jpg"] + [f"{stem}_{n}.jpg" for n in range(1, 9)])
