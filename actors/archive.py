@@ -34,8 +34,8 @@ from .lane import lane_actor
 from .moves import MAX_SUFFIX, move_photo
 
 
-@lane_actor("archive")
-def archive(ctx: ItemContext) -> dict[str, Any]:
+def archive_photo(ctx: ItemContext) -> dict[str, Any]:
+    """One archive item (the lane's work, without Dramatiq: the actor ``archive`` runs it)."""
     effects = FileEffects(ctx)
     recovered = effects.recover()
     if recovered:
@@ -54,6 +54,9 @@ def archive(ctx: ItemContext) -> dict[str, Any]:
         result["taken_from"] = facts.get("taken_from") if facts.get("taken") else FILE_TIME
     prune_empty_dirs(path.parent, photo_root(ctx, path))
     return result
+
+
+archive = lane_actor("archive")(archive_photo)
 
 
 def _bundle(ctx: ItemContext, effects: FileEffects, root: Path, kind: str) -> dict[str, Any]:

@@ -12,14 +12,10 @@ from PIL import Image
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from actors.rename import rename_photo
-from middleware.context import ItemContext
-from store import items as store_items
 from store import jobs as store_jobs
-from store.fencing import fenced
-from store.finishing import succeed
 from store.lanes import lane_spec
 from store.models import Item, Photo
+from tests.inline_lanes import run_item
 
 RENAME = lane_spec("rename", env={})
 PATTERN = "{taken:%Y-%m-%d_%H%M%S}_{camera}{ext}"
@@ -33,17 +29,6 @@ def burst_shot(path: Path, subsec: str) -> Path:
         check=True,
     )  # fmt: skip
     return path
-
-
-def run_rename(engine: Engine, item: Item) -> dict[str, object]:
-    """Claim the item and run the rename lane's code on it in this process, then finish it."""
-    outcome = store_items.claim(engine, RENAME, item.id, item.fencing_token, "test-worker")
-    assert outcome.lease is not None, outcome
-    ctx = ItemContext(lease=outcome.lease, spec=RENAME, engine=engine, worker="test-worker")
-    result = rename_photo(ctx)
-    with fenced(engine, item.id, outcome.lease.token, worker="test-worker") as s:
-        succeed(s, outcome.lease, result, "test-worker")
-    return result
 
 
 def test_a_burst_of_three_in_one_second_is_named_by_sub_seconds(engine: Engine, tmp_path: Path) -> None:
@@ -66,7 +51,7 @@ def test_a_burst_of_three_in_one_second_is_named_by_sub_seconds(engine: Engine, 
         for item in items.values():
             s.expunge(item)
     # When the items run one after the other in the order IMG_1, IMG_3, IMG_2 (not the burst's order)
-    results = {name: run_rename(engine, items[name]) for name in ("IMG_1.jpg", "IMG_3.jpg", "IMG_2.jpg")}
+    results = {name: run_item(engine, items[name]) for name in ("IMG_1.jpg", "IMG_3.jpg", "IMG_2.jpg")}
     # Then the shot taken first (.100) has the plain name, then .5 gets _1 and .900 gets _2
     base = "2021-07-04_183005_canon-eos-r5"
     assert {name: Path(str(r["target"])).name for name, r in results.items()} == {
