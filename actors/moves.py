@@ -1,6 +1,7 @@
 """Moving a photo to a planned name without clobbering: shared by the rename and archive lanes.
 
-A raw moves with its XMP sidecars as one unit (``photos.sidecar.companions``): one intent per file,
+A photo moves with its XMP sidecars as one unit (``photos.sidecar.companions``: a raw's, a JPEG's,
+any photo's ``NAME.EXT.xmp`` and ``NAME.xmp``): one intent per file,
 all recorded in one fenced transaction, applied photo first; recovery and the sweeper finish the
 sidecars' moves once the photo's landed (both or neither)."""
 
@@ -17,7 +18,7 @@ from photos.containment import Pinned, pin_inside
 from photos.errors import PhotoError
 from photos.recovery import link_staged
 from photos.rename import resolve_target, with_suffix
-from photos.sidecar import companion_target, companions
+from photos.sidecar import changes_an_owner, companion_target, companions
 
 from .common import readable_roots
 from .effects import FileEffects, TargetTaken, result_of
@@ -68,8 +69,10 @@ def _move_pinned(
         moves = [(src, target, sha, False)] + [
             (c, companion_target(c, src, target), c_sha, True) for c, c_sha in sidecars
         ]
-        if any(t.exists() for _, t, _, _ in moves):
-            continue  # the photo's name or one of its sidecars' is taken: the unit takes the next
+        if any(t.exists() for _, t, _, _ in moves) or changes_an_owner(
+            target, [t for _, t, _, _ in moves[1:]], [f for f, _, _, _ in moves]
+        ):
+            continue  # a name of the unit is taken (or a sidecar there would change owner): the next
         # This attempt's handle on each file: a hard link next to it (the file itself where the
         # filesystem has no hard links). Recovery consumes it, so a zombie can never move the photo.
         staged = [_link_pinned(pinned, effects.tag)]

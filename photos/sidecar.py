@@ -12,9 +12,11 @@ shift in ``exif:DateTimeOriginal``):
   the only one that cannot be shared by the two halves of a RAW+JPEG pair (``IMG_0001.CR2`` and
   ``IMG_0001.JPG`` would both claim ``IMG_0001.xmp``).
 
-Both names travel with their raw as one unit (:func:`companions`): a rename, an archive move or an
-upload takes the raw and its sidecars together, renamed to the raw's new name (a darktable
-``IMG_0002.JPG.xmp`` travels with its JPEG the same way).
+Both names travel with their photo as one unit (:func:`companions`): a rename, an archive move or
+an upload takes the photo and its sidecars together, renamed to the photo's new name — a raw's, and
+any other photo's the same way (a darktable ``IMG_0002.JPG.xmp``, a Lightroom ``IMG_0002.xmp``
+beside a JPEG, HEIC or AVIF). A move never changes which photo a ``STEM.xmp`` belongs to
+(:func:`changes_an_owner`).
 """
 
 from __future__ import annotations
@@ -111,6 +113,22 @@ def owner_of(sidecar: Path, names: set[str]) -> str | None:
     photos = sorted(n for n in names if n.startswith(stem) and "." not in n[len(stem) :] and is_photo_name(n))
     raws = [n for n in photos if is_raw(n)]
     return (raws or photos or [None])[0]
+
+
+def changes_an_owner(target: Path, landing: list[Path], leaving: list[Path]) -> bool:
+    """Would a photo landing at ``target`` (its sidecars at ``landing``; the files ``leaving`` its
+    folder as it goes) change who owns a ``STEM.xmp`` there (:func:`owner_of`)? Its own would belong
+    to another photo of that stem (a raw), or another photo's would become its. A move never does:
+    the unit takes the next name instead."""
+    names = set(_entries(target.parent)) - {f.name.casefold() for f in leaving if f.parent == target.parent}
+    short = f"{target.stem}{SUFFIX}".casefold()
+    after = names | {target.name.casefold()} | {f.name.casefold() for f in landing}
+    if short not in after or short == f"{target.name}{SUFFIX}".casefold():
+        return False
+    now = owner_of(target.parent / short, after)
+    if any(f.name.casefold() == short for f in landing):
+        return now != target.name.casefold()
+    return short in names and owner_of(target.parent / short, names) != now
 
 
 def _tool(path: Path) -> exiftool.ExifTool:
