@@ -19,6 +19,7 @@ from photos.errors import PhotoError
 from photos.recovery import link_staged
 from photos.rename import resolve_target, with_suffix
 from photos.sidecar import changes_an_owner, companion_target, companions
+from store.sidecar_moves import moving_elsewhere
 
 from .common import readable_roots
 from .effects import FileEffects, TargetTaken, result_of
@@ -61,7 +62,10 @@ def _move_pinned(
     src = pinned.path
     sha = pinned.sha256()
     roots = readable_roots(ctx) or None
-    sidecars = [(c, fileops.sha256_file(c, roots=roots)) for c in companions(src)]
+    found = companions(src)
+    busy = moving_elsewhere(ctx.engine, [str(c) for c in found], ctx.item_id) if found else set()
+    # a sidecar another unit is moving (a raw landed, its NAME.xmp not yet) is not this photo's
+    sidecars = [(c, fileops.sha256_file(c, roots=roots)) for c in found if str(c) not in busy]
     for n in range(first_suffix, MAX_SUFFIX):
         target = resolve_target(root, with_suffix(relpath, n))
         if target == src:
