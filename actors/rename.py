@@ -18,8 +18,8 @@ from photos.analyze import header_facts
 from photos.capture_time import FILE_TIME, order_key
 from photos.containment import is_within
 from photos.params import DEFAULT_RENAME_PATTERN
-from photos.rename import burst_suffix, is_suffixed, render, resolve_target
-from store.bursts import rename_candidates
+from photos.rename import burst_suffix, render, resolve_target
+from store.bursts import photo_paths, rename_candidates
 
 from .common import facts_for, fallback_time, params, photo_path, photo_root, readable_roots
 from .effects import FileEffects
@@ -28,6 +28,9 @@ from .moves import MAX_SUFFIX, move_photo
 
 _FACTS_CACHE: OrderedDict[tuple[str, int, int, int], dict[str, Any]] = OrderedDict()
 _CACHE_SIZE = 4096
+_Index = dict[str, list[tuple[tuple[str, float], int]]]
+_BURSTS: OrderedDict[tuple[int, str, str], _Index] = OrderedDict()
+_BURSTS_KEPT = 64
 
 
 def rename_photo(ctx: ItemContext) -> dict[str, Any]:
@@ -75,38 +78,54 @@ def burst_rank(
     """This shot's place in its burst (0: first) and where the burst's other shots are now.
 
     The burst: the job's photos in this photo's folder or in the target's folder (renamed already)
-    whose rename has not ended without a name and that render the same ``relpath`` (already renamed:
-    whose name is ``relpath``'s or one of its ``_N``), read from their headers now, a time shift of
-    this job added to those not shifted yet; ordered by capture time with sub-seconds, then id."""
-    shift = _job_shift(ctx)
-    before = "exif" if shift else None
-    folders = sorted({str(path.parent), str(target_dir)})
-    roots = readable_roots(ctx)
+    whose rename has not ended without a name and that render the same ``relpath`` — read from
+    their headers, a time shift of this job added to those not shifted yet; ordered by capture time
+    with sub-seconds, then id. Each worker process indexes a folder of a job once
+    (:func:`_burst_index`); only the members' current paths are read per shot."""
     me = (order_key(facts.get("taken"), facts.get("taken_subsec")), ctx.lease.photo_id or 0)
-    members = [me]
-    paths: set[str] = set()
-    name = relpath.rsplit("/", 1)[-1]
-    for c in rename_candidates(ctx.engine, ctx.lease.job_id, folders, "rename", before):
-        if c.photo_id == ctx.lease.photo_id or (roots and not is_within(c.path, roots)):
+    # the photo's own folder first: a shot not in it at that moment has moved already, so it is in
+    # its target folder when that is indexed (after)
+    found: dict[int, tuple[str, float]] = {}
+    for folder in (path.parent, target_dir):
+        for order, pid in _burst_index(ctx, pattern, folder).get(relpath, []):
+            found.setdefault(pid, order)
+    others = [(order, pid) for pid, order in found.items() if pid != ctx.lease.photo_id]
+    members = sorted([me, *others])
+    paths = photo_paths(ctx.engine, [pid for _, pid in others])
+    return members.index(me), set(paths.values())
+
+
+def _burst_index(ctx: ItemContext, pattern: str, folder: Path) -> _Index:
+    """{rendered relpath: [(capture order key, photo id)]} of the job's rename candidates in
+    ``folder``, built once per worker process, job and folder (a photo's rendered name does not
+    change within the job: its time only by this job's shift, added here to those not shifted yet)."""
+    key = (ctx.lease.job_id, pattern, str(folder))
+    found = _BURSTS.get(key)
+    if found is not None:
+        return found
+    shift = _job_shift(ctx)
+    roots = readable_roots(ctx)
+    index: _Index = {}
+    before = "exif" if shift else None
+    candidates = rename_candidates(ctx.engine, ctx.lease.job_id, [str(folder)], "rename", before)
+    for c in candidates:
+        if roots and not is_within(c.path, roots):
             continue
         other = Path(c.path)
-        if other.parent == target_dir and is_suffixed(other.name, name):
-            other_facts = _cached_facts(other)  # renamed already: its name says it is of the burst
-            if other_facts is None:
-                continue
-        else:
-            other_facts = _cached_facts(other)
-            if other_facts is None or not other_facts.get("taken"):
-                continue
-            if shift and c.before_state != "succeeded":  # this job's shift is still to come for it
-                moved = datetime.fromisoformat(other_facts["taken"]) + shift
-                other_facts = {**other_facts, "taken": moved.isoformat()}
-            file_time = c.file_time if c.file_time is not None else 0.0
-            if render(pattern, other_facts, other, file_time).relpath != relpath:
-                continue
-        members.append((order_key(other_facts.get("taken"), other_facts.get("taken_subsec")), c.photo_id))
-        paths.add(c.path)
-    return sorted(members).index(me), paths
+        other_facts = _cached_facts(other)
+        if other_facts is None or not other_facts.get("taken"):
+            continue
+        if shift and c.before_state != "succeeded":  # this job's shift is still to come for it
+            moved = datetime.fromisoformat(other_facts["taken"]) + shift
+            other_facts = {**other_facts, "taken": moved.isoformat()}
+        file_time = c.file_time if c.file_time is not None else 0.0
+        rendered = render(pattern, other_facts, other, file_time).relpath
+        order = order_key(other_facts.get("taken"), other_facts.get("taken_subsec"))
+        index.setdefault(rendered, []).append((order, c.photo_id))
+    _BURSTS[key] = index
+    while len(_BURSTS) > _BURSTS_KEPT:
+        _BURSTS.popitem(last=False)
+    return index
 
 
 def _job_shift(ctx: ItemContext) -> timedelta | None:

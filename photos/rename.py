@@ -499,11 +499,3 @@ def burst_suffix(rank: int, free: Callable[[str], bool], relpath: str, limit: in
             slot += 1
     return limit
 
-
-def is_suffixed(name: str, relpath_name: str) -> bool:
-    """``name`` is ``relpath_name`` or one of its collision names (``x_3.jpg`` for ``x.jpg``)."""
-    if name == relpath_name:
-        return True
-    match = _EXT_RE.match(relpath_name)
-    base, ext = (match["base"], match["ext"]) if match else (relpath_name, "")
-    return re.fullmatch(re.escape(base) + r"_[1-9][0-9]*" + re.escape(ext), name) is not None

@@ -53,3 +53,12 @@ def rename_candidates(
         for r in rows
         if r[1].rsplit("/", 1)[0] in wanted
     ]
+
+
+def photo_paths(engine: Engine, photo_ids: Sequence[int]) -> dict[int, str]:
+    """Where these photos are now (the store's path), by id."""
+    if not photo_ids:
+        return {}
+    with Session(reader(engine)) as s:
+        rows = s.execute(select(Photo.id, Photo.path).where(Photo.id.in_(sorted(set(photo_ids))))).all()
+    return {r[0]: r[1] for r in rows}
