@@ -14,8 +14,8 @@ from .common import params, photo_path, readable_roots
 from .lane import lane_actor
 
 
-@lane_actor("analysis")
-def analysis(ctx: ItemContext) -> dict[str, Any]:
+def analyse_photo(ctx: ItemContext) -> dict[str, Any]:
+    """One analysis item (the lane's work, without Dramatiq: the actor ``analysis`` runs it)."""
     path = photo_path(ctx)
     # Every byte analysed (Pillow, exiftool, LibRaw) is read from the inode checked here, through
     # its descriptor: a symlink swapped in at the photo's path afterwards is never read.
@@ -23,9 +23,14 @@ def analysis(ctx: ItemContext) -> dict[str, Any]:
         failpoints.hit("analysis.after_check")
         ctx.check()
         with pinned.as_photo():
-            facts = analyze(pinned.name, max_pixels=int(params(ctx).get("max_pixels", DEFAULT_MAX_PIXELS)))
+            facts = analyze(
+                pinned.name, max_pixels=int(params(ctx).get("max_pixels", DEFAULT_MAX_PIXELS)), located=path
+            )
     ctx.check()
     photo_id = ctx.lease.photo_id
     if photo_id is not None:  # recorded in the same commit as the item's success
         ctx.at_finish.append(lambda s: set_photo_hash(s, photo_id, facts["sha256"], facts.get("file_size")))
     return facts
+
+
+analysis = lane_actor("analysis")(analyse_photo)

@@ -13,6 +13,7 @@ from middleware import failpoints
 from middleware.context import ItemContext
 from photos import fileops
 from photos.archive import archive_relpath, build_bundle, verify_bundle
+from photos.capture_time import FILE_TIME
 from photos.containment import open_inside
 from photos.errors import PhotoError
 from photos.sidecar import companion_target, companions
@@ -33,8 +34,8 @@ from .lane import lane_actor
 from .moves import MAX_SUFFIX, move_photo
 
 
-@lane_actor("archive")
-def archive(ctx: ItemContext) -> dict[str, Any]:
+def archive_photo(ctx: ItemContext) -> dict[str, Any]:
+    """One archive item (the lane's work, without Dramatiq: the actor ``archive`` runs it)."""
     effects = FileEffects(ctx)
     recovered = effects.recover()
     if recovered:
@@ -49,8 +50,13 @@ def archive(ctx: ItemContext) -> dict[str, Any]:
     facts = facts_for(ctx, path)
     relpath = archive_relpath(facts, path, fallback_time(facts, path))
     result = move_photo(ctx, effects, path, root, relpath, [])
+    if not result.get("recovered"):
+        result["taken_from"] = facts.get("taken_from") if facts.get("taken") else FILE_TIME
     prune_empty_dirs(path.parent, photo_root(ctx, path))
     return result
+
+
+archive = lane_actor("archive")(archive_photo)
 
 
 def _bundle(ctx: ItemContext, effects: FileEffects, root: Path, kind: str) -> dict[str, Any]:
@@ -61,9 +67,17 @@ def _bundle(ctx: ItemContext, effects: FileEffects, root: Path, kind: str) -> di
     for src, _ in sources:
         if src.is_symlink() or src.exists():
             check_photo(ctx, src)  # every member at the moment of use, before a byte is read
+    # a photo whose earlier lane failed for a missing file is in the bundle's members (a failed
+    # edit never keeps a photo out of its backup) but has nothing to back up: named, not bundled
+    missing = [str(src) for src, _ in sources if not src.exists() and not src.is_symlink()]
+    sources = [(src, name) for src, name in sources if str(src) not in missing]
+    if not sources:
+        return {"bundle": None, "photos": 0, "missing": missing, "note": "every member's file is gone"}
+    for src, _ in sources:
         if not src.is_file():
-            raise PhotoError(src, "file not found (deleted or moved after submission)")
-    # a raw's XMP sidecars go into the bundle with it, named after its name in the bundle
+            raise PhotoError(src, "not a regular file")
+    photos = len(sources)
+    # a photo's XMP sidecars go into the bundle with it, named after its name in the bundle
     sources += [
         (c, companion_target(c, src, Path(name)).name) for src, name in list(sources) for c in companions(src)
     ]
@@ -95,7 +109,8 @@ def _bundle(ctx: ItemContext, effects: FileEffects, root: Path, kind: str) -> di
         applied = effects.apply_and_mark(
             intent, kind="publish", staged=staged, target=target, source=None, sha256=sha
         )
-        return result_of(applied, bundle=str(target), photos=len(members), sha256=sha)
+        extra = {"missing": missing} if missing else {}
+        return result_of(applied, bundle=str(target), photos=photos, sha256=sha, **extra)
     raise PhotoError(root, f"no free bundle name after {MAX_SUFFIX} tries")
 
 

@@ -7,12 +7,11 @@ from typing import Any
 
 from middleware import failpoints
 from middleware.context import ItemContext
-from photos.analyze import analyze
+from photos.analyze import header_facts
 from photos.containment import pin_inside, resolve_inside
 from photos.errors import PhotoError
 from photos.params import ALLOWED_ROOTS_KEY, lane_params
-from photos.raw import is_raw
-from photos.rename import taken_now
+from photos.rename import capture_taken_now
 from store.intents import photo_facts
 
 DESTINATION_ROOTS = "the photo roots and output roots the job was given"
@@ -74,19 +73,21 @@ def photo_root(ctx: ItemContext, path: Path) -> Path:
 
 
 def facts_for(ctx: ItemContext, path: Path) -> dict[str, Any]:
-    """This job's analysis facts for the photo, or a fresh analysis when the job has none; with
+    """This job's analysis facts for the photo, or its header facts when the job has none (no pixel
+    is decoded: a photo nothing decodes is still renamed, uploaded and archived); with
     ``file_time`` (the file's modification time recorded at submission) when the store has it and
-    ``taken`` read from the file now (so names agree with an earlier lane's time shift)."""
+    the capture time read from the file now (``taken``, ``taken_subsec``, ``taken_from``: every
+    source of ``photos.capture_time``, so names agree with an earlier lane's time shift)."""
     facts = photo_facts(ctx.engine, ctx.lease.job_id, ctx.lease.photo_id)
     # read through a descriptor checked inside the roots (a symlink swapped in is never read); a
-    # raw's time is read where its sidecar is found, next to it
+    # photo's sidecars are found next to it, at its real path
     with pin_inside(path, readable_roots(ctx) or None, resolve_roots=False) as pinned, pinned.as_photo():
         failpoints.hit(f"{ctx.spec.name}.facts_after_check")
         if facts and facts.get("sha256"):
             # one clock per photo: the capture time the file has now (after an exif shift), not at analysis
-            read = path if is_raw(path) else pinned.name
-            return {**facts, "taken": taken_now(read, default=facts.get("taken"))}
-        fresh = analyze(pinned.name)
+            now = capture_taken_now(pinned.name, default=facts.get("taken"), located=path)
+            return {**facts, **now.facts()}
+        fresh = header_facts(pinned.name, located=path)
     if facts and facts.get("file_time") is not None:
         fresh["file_time"] = facts["file_time"]
     return fresh

@@ -1,6 +1,7 @@
 """Moving a photo to a planned name without clobbering: shared by the rename and archive lanes.
 
-A raw moves with its XMP sidecars as one unit (``photos.sidecar.companions``): one intent per file,
+A photo moves with its XMP sidecars as one unit (``photos.sidecar.companions``: a raw's, a JPEG's,
+any photo's ``NAME.EXT.xmp`` and ``NAME.xmp``): one intent per file,
 all recorded in one fenced transaction, applied photo first; recovery and the sweeper finish the
 sidecars' moves once the photo's landed (both or neither)."""
 
@@ -17,7 +18,8 @@ from photos.containment import Pinned, pin_inside
 from photos.errors import PhotoError
 from photos.recovery import link_staged
 from photos.rename import resolve_target, with_suffix
-from photos.sidecar import companion_target, companions
+from photos.sidecar import changes_an_owner, companion_target, companions
+from store.sidecar_moves import moving_elsewhere
 
 from .common import readable_roots
 from .effects import FileEffects, TargetTaken, result_of
@@ -27,9 +29,17 @@ REPLACED = "was replaced or removed since it was checked; not moved"
 
 
 def move_photo(
-    ctx: ItemContext, effects: FileEffects, src: Path, root: Path, relpath: str, notes: list[str]
+    ctx: ItemContext,
+    effects: FileEffects,
+    src: Path,
+    root: Path,
+    relpath: str,
+    notes: list[str],
+    *,
+    first_suffix: int = 0,
 ) -> dict[str, Any]:
-    """Move ``src`` to ``root/relpath`` (or the first free ``_N`` suffix), exactly once.
+    """Move ``src`` to ``root/relpath`` (or the first free ``_N`` suffix from ``first_suffix``: a
+    burst's shot its place), exactly once.
 
     The photo is pinned (``containment.pin_inside``) before anything is read: it is hashed through
     the checked descriptor, its staged link is made from that descriptor (so a symlink swapped in
@@ -37,25 +47,36 @@ def move_photo(
     effects.sweep_temps(src.parent)  # staged links earlier attempts of this item left
     with pin_inside(src, readable_roots(ctx) or None, resolve_roots=False) as pinned:
         failpoints.hit(f"{ctx.spec.name}.after_check")
-        return _move_pinned(ctx, effects, pinned, root, relpath, notes)
+        return _move_pinned(ctx, effects, pinned, root, relpath, notes, first_suffix)
 
 
 def _move_pinned(
-    ctx: ItemContext, effects: FileEffects, pinned: Pinned, root: Path, relpath: str, notes: list[str]
+    ctx: ItemContext,
+    effects: FileEffects,
+    pinned: Pinned,
+    root: Path,
+    relpath: str,
+    notes: list[str],
+    first_suffix: int = 0,
 ) -> dict[str, Any]:
     src = pinned.path
     sha = pinned.sha256()
     roots = readable_roots(ctx) or None
-    sidecars = [(c, fileops.sha256_file(c, roots=roots)) for c in companions(src)]
-    for n in range(MAX_SUFFIX):
+    found = companions(src)
+    busy = moving_elsewhere(ctx.engine, [str(c) for c in found], ctx.item_id) if found else set()
+    # a sidecar another unit is moving (a raw landed, its NAME.xmp not yet) is not this photo's
+    sidecars = [(c, fileops.sha256_file(c, roots=roots)) for c in found if str(c) not in busy]
+    for n in range(first_suffix, MAX_SUFFIX):
         target = resolve_target(root, with_suffix(relpath, n))
         if target == src:
             return {"target": str(src), "unchanged": True, "notes": notes}
         moves = [(src, target, sha, False)] + [
             (c, companion_target(c, src, target), c_sha, True) for c, c_sha in sidecars
         ]
-        if any(t.exists() for _, t, _, _ in moves):
-            continue  # the photo's name or one of its sidecars' is taken: the unit takes the next
+        if any(t.exists() for _, t, _, _ in moves) or changes_an_owner(
+            target, [t for _, t, _, _ in moves[1:]], [f for f, _, _, _ in moves]
+        ):
+            continue  # a name of the unit is taken (or a sidecar there would change owner): the next
         # This attempt's handle on each file: a hard link next to it (the file itself where the
         # filesystem has no hard links). Recovery consumes it, so a zombie can never move the photo.
         staged = [_link_pinned(pinned, effects.tag)]

@@ -25,8 +25,8 @@ from .effects import FileEffects, result_of
 from .lane import lane_actor
 
 
-@lane_actor("upload")
-def upload(ctx: ItemContext) -> dict[str, Any]:
+def upload_photo(ctx: ItemContext) -> dict[str, Any]:
+    """One upload item (the lane's work, without Dramatiq: the actor ``upload`` runs it)."""
     opts = params(ctx)
     spec = parse_target(opts["target"], opts.get("endpoint"))
     if spec.kind == "local":  # the folder written into, re-checked at the moment of use
@@ -41,6 +41,9 @@ def upload(ctx: ItemContext) -> dict[str, Any]:
     # in at its path later is never read); errors name the photo
     with pin_inside(path, readable_roots(ctx) or None, resolve_roots=False) as pinned, pinned.as_photo():
         return _upload(ctx, opts, spec, effects, pinned)
+
+
+upload = lane_actor("upload")(upload_photo)
 
 
 def _upload(

@@ -32,8 +32,9 @@ from photojobs.roots import (
 from photos.containment import real_roots
 from photos.errors import InvalidParameter
 from photos.fileops import is_staged_name
+from photos.formats import PHOTO_SUFFIXES
 from photos.params import ALLOWED_ROOTS_KEY, SKIPPED_KEY, refuse_untrusted, validate_params
-from photos.raw import RAW_SUFFIXES, is_raw
+from photos.raw import is_raw
 from photos.sidecar import is_sidecar, owner_of
 from store import console as store_console
 from store import events as store_events
@@ -76,7 +77,6 @@ CONTROL_APPLIES = {
     "resume": ("paused", "pausing"),
 }
 
-PHOTO_SUFFIXES = {".jpg", ".jpeg", ".png", ".tif", ".tiff", ".heic", ".heif", ".webp", *RAW_SUFFIXES}
 
 # Why a folder scan left a file out (the submission result's ``skipped`` counts these).
 SKIP_NOT_PHOTO = "not a photo"
@@ -102,11 +102,14 @@ def not_utf8(name: str) -> bool:
 
 @dataclass(frozen=True)
 class Scan:
-    """What :func:`scan_photos` found: the photos, their roots, and what it left out, by reason."""
+    """What :func:`scan_photos` found: the photos, their roots, and what it left out: counted by
+    reason (``skipped``) and each file named (``left_out``: ``{"path", "reason"}``, path order;
+    a hidden folder is named once, not its files)."""
 
     photos: list[Path]
     roots: list[Path]
     skipped: dict[str, int]
+    left_out: list[dict[str, str]] = field(default_factory=list)
 
 
 def photo_roots(paths: Iterable[str | Path]) -> list[Path]:
@@ -142,9 +145,12 @@ def scan_photos(paths: Iterable[str | Path], *, any_file: bool = False) -> Scan:
     roots = photo_roots(paths)
     photos: list[Path] = []
     skipped: dict[str, int] = {}
+    left_out: list[dict[str, str]] = []
 
-    def skip(reason: str, n: int = 1) -> None:
-        skipped[reason] = skipped.get(reason, 0) + n
+    def skip(reason: str, *paths: Path) -> None:
+        skipped[reason] = skipped.get(reason, 0) + len(paths)
+        # a name that is not UTF-8 is shown with its bytes escaped (b"bad\\xffname.jpg"), never raw
+        left_out.extend({"path": _as_text(path), "reason": reason} for path in paths)
 
     for raw in paths:
         p = Path(raw).expanduser().resolve()
@@ -156,30 +162,36 @@ def scan_photos(paths: Iterable[str | Path], *, any_file: bool = False) -> Scan:
             photos.append(p)
             continue
         for dirpath, dirnames, filenames in os.walk(p):
-            hidden = [d for d in dirnames if d.startswith(".")]
+            hidden = sorted(d for d in dirnames if d.startswith("."))
             if hidden:
-                skip(SKIP_HIDDEN_FOLDER, len(hidden))
+                skip(SKIP_HIDDEN_FOLDER, *(Path(dirpath) / d for d in hidden))
             undecodable = [d for d in dirnames if not_utf8(d) and not d.startswith(".")]
             if undecodable:
-                skip(SKIP_NOT_UTF8_FOLDER, len(undecodable))
+                skip(SKIP_NOT_UTF8_FOLDER, *(Path(dirpath) / d for d in undecodable))
             dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not not_utf8(d))
             folded = {n.casefold() for n in filenames}
             for name in sorted(filenames):
                 f = Path(dirpath) / name
                 if not_utf8(name):
-                    skip(SKIP_NOT_UTF8)
+                    skip(SKIP_NOT_UTF8, f)
                 elif is_staged_name(name):
-                    skip(SKIP_TEMP)
+                    skip(SKIP_TEMP, f)
                 elif name.startswith("."):
-                    skip(SKIP_HIDDEN)
+                    skip(SKIP_HIDDEN, f)
                 elif any_file or f.suffix.lower() in PHOTO_SUFFIXES:
                     photos.append(f)
                 elif is_sidecar(f):
-                    skip(_sidecar_reason(owner_of(f, folded)))
+                    skip(_sidecar_reason(owner_of(f, folded)), f)
                 else:
-                    skip(SKIP_NOT_PHOTO)
+                    skip(SKIP_NOT_PHOTO, f)
     unique = sorted(set(photos))
-    return Scan(unique, roots, dict(sorted(skipped.items())))
+    named = sorted({(e["path"], e["reason"]) for e in left_out})
+    return Scan(unique, roots, dict(sorted(skipped.items())), [{"path": p, "reason": r} for p, r in named])
+
+
+def _as_text(path: Path) -> str:
+    """``path`` as text: its bytes that are not UTF-8 written as ``\\xNN`` escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def skipped_text(skipped: Mapping[str, int]) -> str:
@@ -187,19 +199,29 @@ def skipped_text(skipped: Mapping[str, int]) -> str:
     return ", ".join(f"{n} {reason}" for reason, n in skipped.items())
 
 
+def left_out_lines(left_out: Sequence[Mapping[str, str]], limit: int | None = None) -> list[str]:
+    """``"  PATH: REASON"`` per file a scan left out (the first ``limit``, then how many more)."""
+    shown = left_out if limit is None else left_out[:limit]
+    lines = [f"  {e['path']}: {e['reason']}" for e in shown]
+    if len(shown) < len(left_out):
+        lines.append(f"  … and {len(left_out) - len(shown)} more (--json names every one)")
+    return lines
+
+
 def _sidecar_reason(owner: str | None) -> str:
     if owner is None:
         return SKIP_ORPHAN_SIDECAR
     if is_raw(owner):
         return SKIP_SIDECAR
-    return SKIP_PHOTO_SIDECAR if Path(owner).suffix in PHOTO_SUFFIXES else SKIP_NOT_PHOTO
+    return SKIP_PHOTO_SIDECAR if Path(owner).suffix.lower() in PHOTO_SUFFIXES else SKIP_NOT_PHOTO
 
 
 @dataclass(frozen=True)
 class SubmittedJob(store_jobs.Submitted):
-    """``store.jobs.Submitted`` plus what the folder scan left out, by reason."""
+    """``store.jobs.Submitted`` plus what the folder scan left out, by reason and file by file."""
 
     skipped: dict[str, int] = field(default_factory=dict)
+    left_out: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -210,6 +232,7 @@ class Plan:
     roots: list[str]
     fingerprint: str
     skipped: dict[str, int] = field(default_factory=dict)  # what the folder scan left out, by reason
+    left_out: list[dict[str, str]] = field(default_factory=list)  # and each file it left out, named
 
 
 class Client:
@@ -297,7 +320,7 @@ class Client:
             clean[ALLOWED_ROOTS_KEY] = sorted({str(r) for r in real_roots(allowed)})
         if scan.skipped:
             clean[SKIPPED_KEY] = dict(scan.skipped)
-        return Plan(names, clean, inputs, [str(r) for r in roots], fingerprint, scan.skipped)
+        return Plan(names, clean, inputs, [str(r) for r in roots], fingerprint, scan.skipped, scan.left_out)
 
     def submit(
         self,
@@ -325,7 +348,9 @@ class Client:
             priority=priority,
         )
         ring_sweepers(self.settings.redis_url)  # dispatched now, not at the next sweep pass
-        return SubmittedJob(submitted.job_id, submitted.items, submitted.photos, dict(plan.skipped))
+        return SubmittedJob(
+            submitted.job_id, submitted.items, submitted.photos, dict(plan.skipped), list(plan.left_out)
+        )
 
     def find_same_job(self, plan: Plan) -> int | None:
         """The newest job with the same paths, lanes and params (``photojobs run`` resumes it)."""

@@ -119,7 +119,7 @@ def cli(verbose: int, debug: bool) -> None:
     help="interactive: runs before the lanes' queued backlog; normal: waits its turn "
     "[default: interactive when at most PHOTOJOBS_INTERACTIVE_PHOTOS (16) photos].",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print {job, items, skipped} as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print {job, items, skipped, left_out} as JSON.")
 @click.argument("paths", nargs=-1, required=True)
 def submit(
     lanes: str, params: tuple[str, ...], priority: str | None, as_json: bool, paths: tuple[str, ...]
@@ -134,13 +134,16 @@ def submit(
     except (InvalidParameter, SubmissionError, ValueError) as exc:
         _fail(str(exc), EX_USAGE)
     if as_json:
-        echo(json.dumps({"job": result.job_id, "items": result.items, "skipped": result.skipped}))
+        echo(json.dumps({"job": result.job_id, "items": result.items, "skipped": result.skipped,
+                         "left_out": result.left_out}))  # fmt: skip
     else:
         echo(result.job_id)
         if result.skipped:  # nothing left out silently (on stderr: stdout stays the job id)
-            from photojobs.api import skipped_text
+            from photojobs.api import left_out_lines, skipped_text
 
             echo(f"left out: {skipped_text(result.skipped)}", err=True)
+            for line in left_out_lines(result.left_out):
+                echo(line, err=True)
 
 
 @cli.command()

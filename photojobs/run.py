@@ -87,6 +87,7 @@ class Runner:
         self.console = console
         self.state_dir = state_dir_for(opts.paths, opts.state)
         self.skipped: dict[str, int] = {}  # what the folder scan left out, by reason
+        self.left_out: list[dict[str, str]] = []  # and each file it left out
         self.fleet: WorkerFleet | None = None
 
     def run(self) -> int:
@@ -95,6 +96,7 @@ class Runner:
             client = Client(local.settings)
             plan = client.plan(self.opts.lanes, self.opts.paths, self.opts.params)
             self.skipped = dict(plan.skipped)
+            self.left_out = list(plan.left_out)
             job_id = self._job(client, plan)
             if job_id is None:
                 return EXIT_TEMPFAIL
@@ -171,8 +173,9 @@ class Runner:
     def _summary(self, client: Client, job_id: int) -> int:
         restarts = self.fleet.restarts if self.fleet is not None else 0
         summary = run_summary.summarize(
-            client, job_id, restarts=restarts, skipped=self.skipped, state_dir=self.state_dir
-        )
+            client, job_id, restarts=restarts, skipped=self.skipped, state_dir=self.state_dir,
+            left_out=self.left_out,
+        )  # fmt: skip
         return run_summary.report(self.console, summary, self.opts.as_json)
 
 

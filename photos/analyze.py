@@ -25,9 +25,11 @@ from typing import Any, TypeVar
 import imagehash
 import numpy as np
 import pillow_heif
+import pillow_jxl  # noqa: F401 - registers Pillow's JPEG XL opener (AVIF is Pillow's own)
 from PIL import Image, UnidentifiedImageError
 
-from photos.errors import UnreadableImage, describe_content
+from photos.capture_time import read_capture_time
+from photos.errors import PhotoError, UnreadableImage, describe_content
 from photos.orientation import upright
 from photos.raw import is_raw, raw_facts, raw_pixels
 
@@ -52,11 +54,18 @@ _ORIENTATION, _MAKE, _MODEL = 0x0112, 0x010F, 0x0110
 _DATETIME_ORIGINAL, _LENS_MAKE, _LENS_MODEL = 0x9003, 0xA433, 0xA434
 
 
-def analyze(path: str | os.PathLike[str], *, max_pixels: int = DEFAULT_MAX_PIXELS) -> dict[str, Any]:
+def analyze(
+    path: str | os.PathLike[str],
+    *,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    located: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
     """Return real facts about the image at ``path`` (all JSON-serialisable).
 
-    Keys: ``format``, ``width``, ``height`` (stored pixels), ``orientation`` (EXIF, 1-8),
-    ``taken`` (ISO ``YYYY-MM-DDTHH:MM:SS`` from DateTimeOriginal, or None), ``make``, ``model``,
+    Keys: ``format``, ``width``, ``height`` (stored pixels), ``display_width``,
+    ``display_height`` (as shown: swapped for orientations 5-8), ``orientation`` (EXIF, 1-8),
+    ``taken`` (ISO ``YYYY-MM-DDTHH:MM:SS``, from the first source of ``photos.capture_time``'s
+    priority, or None), ``taken_subsec`` and ``taken_from`` (that source), ``make``, ``model``,
     ``lens``, ``gps`` (``{"lat", "lon"}`` floats, or None), ``file_size``, ``sha256``,
     ``phash``, ``dhash`` (hex), ``sharpness`` (variance of the Laplacian at 512 px long side),
     ``exposure`` (``mean`` luma 0..1, ``shadows_clipped`` and ``highlights_clipped`` shares),
@@ -67,7 +76,8 @@ def analyze(path: str | os.PathLike[str], *, max_pixels: int = DEFAULT_MAX_PIXEL
     ``raw`` (True) and ``pixels_from`` (the preview's tag, or ``libraw``).
 
     Raises UnreadableImage for anything that is not a whole, readable image of at most
-    ``max_pixels`` pixels (a raw: neither a usable preview nor decodable by LibRaw).
+    ``max_pixels`` pixels (a raw: neither a usable preview nor decodable by LibRaw). ``located``:
+    the photo's real path when ``path`` is a pinned name (where its sidecars are found).
     """
     path = Path(path)
     try:
@@ -76,13 +86,69 @@ def analyze(path: str | os.PathLike[str], *, max_pixels: int = DEFAULT_MAX_PIXEL
             if size == 0:
                 raise UnreadableImage(path, "file is empty (0 bytes)")
             if is_raw(path):
-                return _analyze_raw(path, size, sha256, max_pixels)
-            fh.seek(0)
-            return _analyze_open(path, fh, size, sha256, max_pixels)
+                facts = _analyze_raw(path, size, sha256, max_pixels)
+            else:
+                fh.seek(0)
+                facts = _analyze_open(path, fh, size, sha256, max_pixels)
     except UnreadableImage:
         raise
     except OSError as exc:
         raise _os_error(path, exc) from exc
+    return _finish(path, facts, located)
+
+
+def header_facts(
+    path: str | os.PathLike[str], *, located: str | os.PathLike[str] | None = None, hashed: bool = True
+) -> dict[str, Any]:
+    """The facts a move needs, from the file's bytes and headers only: no pixel is decoded (rename,
+    upload and archive of a photo nothing can decode, such as a raw newer than LibRaw). The keys
+    of :func:`analyze` but the pixel measures; ``width``/``height`` None where no header says.
+    ``hashed=False``: without ``sha256`` (not a byte beyond the headers is read)."""
+    path = Path(path)
+    try:
+        with _open(path) as fh:
+            size, sha256 = _hash_stream(fh) if hashed else (os.fstat(fh.fileno()).st_size, None)
+            facts: dict[str, Any] = {"format": None, "width": None, "height": None, "orientation": 1,
+                                     "make": None, "model": None, "lens": None, "gps": None}  # fmt: skip
+            if is_raw(path):
+                try:
+                    facts.update(raw_facts(path))
+                except PhotoError:
+                    pass  # exiftool cannot read it: a move needs none of it
+            else:
+                fh.seek(0)
+                try:
+                    with Image.open(fh) as img:  # the header only: Image.open decodes nothing
+                        width, height = img.size
+                        facts.update(format=img.format, width=width, height=height, **_exif_facts(img))
+                except Exception:  # noqa: BLE001, S110 - not a format Pillow reads: a move needs none of it
+                    pass
+    except OSError as exc:
+        raise _os_error(path, exc) from exc
+    facts.update(file_size=size, sha256=sha256, header_only=True)
+    return _finish(path, facts, located)
+
+
+def display_size(
+    width: int | None, height: int | None, orientation: int | None
+) -> tuple[int | None, int | None]:
+    """The size a photo is shown at: its stored size, width and height swapped for orientations 5-8
+    (turned a quarter)."""
+    return (height, width) if orientation in (5, 6, 7, 8) else (width, height)
+
+
+def _finish(path: Path, facts: dict[str, Any], located: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """The capture time from every source, and the displayed size, added to ``facts``."""
+    facts["display_width"], facts["display_height"] = display_size(
+        facts.get("width"), facts.get("height"), facts.get("orientation")
+    )
+    try:
+        found = read_capture_time(path, located=located)
+    except PhotoError:  # exiftool cannot read the metadata: what Pillow's EXIF reader said stands
+        found = None
+    if found is not None:
+        facts.update(found.facts())
+    return facts
 
 
 def _open(path: Path) -> Any:

@@ -1,4 +1,5 @@
-"""Which image formats the exif lane writes, and the checks a file passes before exiftool edits it.
+"""Which files are photos (the suffixes a folder scan takes, for every lane), which image formats the
+exif lane writes, and the checks a file passes before exiftool edits it.
 
 =======  ==========================  ===========================================================
 format   recognised by               metadata exiftool writes into it (see :mod:`photos.exif`)
@@ -27,19 +28,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from photos.errors import PhotoError, UnreadableImage, describe_content
+from photos.raw import RAW_SUFFIXES
 
 #: Formats that carry a standard IPTC block.
 IPTC_FORMATS = frozenset({"JPEG", "TIFF"})
-#: The names of the photos (raws aside) the exif lane writes: a sidecar ``NAME.xmp`` may be theirs.
-PHOTO_SUFFIXES = frozenset(
+#: The images (raws aside) that Pillow decodes (AVIF natively since Pillow 11.3, HEIC/HEIF through
+#: pillow-heif, JPEG XL through pillow-jxl-plugin) and the exif lane writes, lower case with the dot:
+#: a sidecar ``NAME.xmp`` may be theirs.
+IMAGE_SUFFIXES = frozenset(
     {".jpg", ".jpeg", ".jpe", ".png", ".tif", ".tiff", ".heic", ".heif", ".hif", ".avif", ".webp", ".jxl"}
 )
+#: Every suffix a folder scan takes as a photo (any case): the images and the camera raws.
+PHOTO_SUFFIXES = IMAGE_SUFFIXES | RAW_SUFFIXES
 #: Every format the exif lane writes (the names :func:`sniff_format` gives).
 WRITABLE_FORMATS = ("JPEG", "TIFF", "PNG", "HEIF", "AVIF", "WEBP", "JXL")
 _HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1"}
 _AVIF_BRANDS = {b"avif", b"avis"}
 _JXL_CONTAINER = b"\x00\x00\x00\x0cJXL \r\n\x87\n"
 _JXL_CODESTREAM = b"\xff\x0a"
+
+
+def is_photo_name(path: str | os.PathLike[str]) -> bool:
+    """True for a name with a photo suffix (any case): ``IMG_1.JPG``, ``a.avif``, ``DSC_1.nef``."""
+    return Path(path).suffix.lower() in PHOTO_SUFFIXES
 
 
 def sniff_format(head: bytes) -> str | None:

@@ -68,7 +68,9 @@ class RawPixels:
 
 def raw_facts(path: Path) -> dict[str, Any]:
     """The camera's facts from the raw's metadata (exiftool): ``format`` (exiftool's file type,
-    e.g. ``NEF``), ``width``/``height`` (the sensor image), ``orientation``, ``taken`` (ISO),
+    e.g. ``NEF``), ``width``/``height`` (the sensor image), ``orientation``, ``taken`` (ISO, its
+    EXIF DateTimeOriginal; a raw's capture time as photo apps read it, its sidecar's first, is
+    ``photos.capture_time``'s),
     ``make``, ``model``, ``lens``, ``gps``. Missing values are None."""
     try:
         record = _read_tags(path, *_FACT_TAGS)
@@ -102,20 +104,6 @@ def raw_facts(path: Path) -> dict[str, Any]:
         "lens": _text(record.get("LensModel")) or _text(record.get("Lens")),
         "gps": gps,
     }
-
-
-def raw_taken(path: str | os.PathLike[str]) -> str | None:
-    """The raw's capture time (ISO) as photo apps read it: the sidecar's ``XMP-exif:DateTimeOriginal``
-    (where a time shift of the raw went) when there is one, else the raw's EXIF DateTimeOriginal."""
-    from photos.sidecar import sidecar_of  # sidecar imports this module
-
-    path = Path(path)
-    sidecar = sidecar_of(path)
-    if sidecar is not None:
-        shifted = _read_tags(sidecar, "-XMP-exif:DateTimeOriginal").get("DateTimeOriginal")
-        if iso_time(shifted):
-            return iso_time(shifted)
-    return iso_time(_read_tags(path, "-EXIF:DateTimeOriginal").get("DateTimeOriginal"))
 
 
 def raw_pixels(path: Path, orientation: int) -> RawPixels:

@@ -18,12 +18,14 @@ from __future__ import annotations
 import re
 import string
 import unicodedata
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
+from photos.capture_time import FILE_TIME, CaptureTime, read_capture_time
+from photos.capture_time import NONE as NONE_TAKEN
 from photos.errors import OutsideRoot, PatternError, PhotoError
 
 #: Valid ``{fields}`` and what they are replaced with.
@@ -37,8 +39,8 @@ FIELDS: dict[str, str] = {
     "name": "original file name with its extension",
     "ext": "lower-case extension with the dot, .jpeg becomes .jpg",
     "sha8": "first 8 hex digits of the content sha256",
-    "width": "image width in pixels",
-    "height": "image height in pixels",
+    "width": "image width in pixels as displayed (orientations 5-8 swap the stored width and height)",
+    "height": "image height in pixels as displayed",
 }
 
 EXAMPLE_PATTERN = "{taken:%Y/%m/%Y-%m-%d_%H%M%S}_{camera}{ext}"
@@ -69,6 +71,8 @@ class RenderResult:
 
     relpath: str
     notes: list[str] = field(default_factory=list)
+    #: which source ``{taken}`` came from (``photos.capture_time``; "file time"), None without it
+    taken_from: str | None = field(default=None, compare=False)
 
 
 # --------------------------------------------------------------------------------------------- validate
@@ -273,25 +277,28 @@ def capture_time(facts: Mapping[str, Any], file_mtime: float) -> tuple[datetime,
     return datetime.fromtimestamp(file_mtime), [note]
 
 
-def taken_now(path: Path | str, default: str | None = None) -> str | None:
-    """The capture time the photo's own file says now (EXIF DateTimeOriginal, ISO), or None.
+def taken_now(
+    path: Path | str, default: str | None = None, *, located: Path | str | None = None
+) -> str | None:
+    """The capture time the photo's own file (and sidecar) says now, ISO, or None: see
+    :func:`capture_taken_now`."""
+    return capture_taken_now(path, default, located=located).taken
+
+
+def capture_taken_now(
+    path: Path | str, default: str | None = None, *, located: Path | str | None = None
+) -> CaptureTime:
+    """The capture time the photo says now, from every source in ``photos.capture_time``'s priority.
 
     One clock per photo: a lane that names or files a photo by its time reads it here, after every
     earlier lane of the job (an exif shift) wrote the file, not from an analysis made before. Only
-    the header is read (no pixels are decoded). None when the file has no capture time; ``default``
-    (what the caller knew) when Pillow cannot open the file or read its EXIF at all."""
-    from PIL import Image
-
-    from photos.analyze import parse_exif_datetime  # also registers the HEIF opener
-    from photos.raw import is_raw, raw_taken
-
+    headers are read (no pixels are decoded). ``path`` is where its bytes are read (a pinned name),
+    ``located`` its real path (where its sidecars are). ``taken`` None (source "file time") when no
+    source has one; ``default`` (what the caller knew) when the file's metadata cannot be read."""
     try:
-        if is_raw(path):  # a raw's time as photo apps read it: its sidecar's (a shift), else its own
-            return raw_taken(path)
-        with Image.open(path) as img:
-            return parse_exif_datetime(img.getexif().get_ifd(0x8769).get(0x9003))
-    except Exception:  # a format Pillow does not read, unreadable EXIF: keep what the caller knew
-        return default
+        return read_capture_time(path, located=located)
+    except Exception:  # unreadable metadata: keep what the caller knew
+        return CaptureTime(default, None, "analysis") if default else NONE_TAKEN
 
 
 # --------------------------------------------------------------------------------------------- render
@@ -305,6 +312,7 @@ class _Values:
         self.original = Path(original)
         self.file_mtime = file_mtime
         self.notes: list[str] = []
+        self.taken_from: str | None = None
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -315,9 +323,10 @@ class _Values:
             taken, notes = capture_time(self.facts, self.file_mtime)
             for text in notes:
                 self.note(text)
+            self.taken_from = FILE_TIME if notes else str(self.facts.get("taken_from") or "analysis")
             return taken.strftime(spec or DEFAULT_TAKEN_FORMAT)
         if name in _INT_FIELDS:
-            value = self.facts.get(name)
+            value = displayed(self.facts, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 self.note(f"no {name}: used unknown-{name}")
                 return f"unknown-{name}"
@@ -400,7 +409,18 @@ def render(pattern: str, facts: Mapping[str, Any], original: Path, file_mtime: f
         check_relpath(relpath)
     except PatternError as exc:
         raise PhotoError(original, f"pattern {pattern!r} rendered an unusable path: {exc}") from None
-    return RenderResult(relpath=relpath, notes=values.notes)
+    return RenderResult(relpath=relpath, notes=values.notes, taken_from=values.taken_from)
+
+
+def displayed(facts: Mapping[str, Any], name: str) -> Any:
+    """``width`` or ``height`` as the photo is shown: ``display_width``/``display_height`` where the
+    facts have them, else the stored size swapped for orientations 5-8 (facts recorded before)."""
+    shown = facts.get(f"display_{name}")
+    if shown is not None:
+        return shown
+    if facts.get("orientation") in (5, 6, 7, 8):
+        return facts.get("height" if name == "width" else "width")
+    return facts.get(name)
 
 
 # ------------------------------------------------------------------------------------- targets / plan
@@ -472,3 +492,17 @@ def plan_targets(
         used.add(_fold(name, case_insensitive))
         plan[key] = name
     return plan
+
+
+def burst_suffix(rank: int, free: Callable[[str], bool], relpath: str, limit: int = 10_000) -> int:
+    """The collision number (:func:`with_suffix`) the ``rank``-th shot of a burst takes: the burst
+    takes the names ``relpath``, ``_1``, ``_2`` … that are ``free`` (not held by a file outside the
+    burst) in its sub-second order, whichever shot runs first. ``limit`` when there is none."""
+    slot = 0
+    for n in range(limit):
+        if free(with_suffix(relpath, n)):
+            if slot == rank:
+                return n
+            slot += 1
+    return limit
+

@@ -21,9 +21,11 @@ stem (a RAW+JPEG pair's ``IMG_0001.xmp`` is the raw's, as Lightroom has it; of s
 sharing a stem, the first by name; :func:`sidecar_of`). An edit of such a photo writes its sidecar
 too, so the two never disagree (``actors/exif.py``); a photo without one gets none.
 
-Both names travel with their raw as one unit (:func:`companions`): a rename, an archive move or an
-upload takes the raw and its sidecars together, renamed to the raw's new name (a darktable
-``IMG_0002.JPG.xmp`` travels with its JPEG the same way).
+Both names travel with their photo as one unit (:func:`companions`): a rename, an archive move or
+an upload takes the photo and its sidecars together, renamed to the photo's new name — a raw's, and
+any other photo's the same way (a darktable ``IMG_0002.JPG.xmp``, a Lightroom ``IMG_0002.xmp``
+beside a JPEG, HEIC or AVIF). A move never changes which photo a ``STEM.xmp`` belongs to
+(:func:`changes_an_owner`).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from photos import exiftool
 from photos.errors import NeedsExiftool, PhotoError
 from photos.exif import ExifEdit, exiftool_args, read_warnings
 from photos.exiftool_messages import classify
-from photos.formats import PHOTO_SUFFIXES
+from photos.formats import is_photo_name
 from photos.keywords import KEYWORD_TAGS
 from photos.raw import is_raw
 
@@ -60,20 +62,18 @@ def _entries(folder: Path) -> dict[str, str]:
         return {}
 
 
-def _stem_owner(stem: str, names: set[str] | dict[str, str]) -> str | None:
-    """Which of a folder's (case-folded) ``names`` owns ``STEM.xmp``: the raw named ``STEM.*``,
-    else the first (by name) other photo named ``STEM.*``; None when there is neither."""
-    same = sorted(n for n in names if Path(n).stem == stem and not is_sidecar(n))
-    return next((n for n in same if is_raw(n)), None) or next(
-        (n for n in same if Path(n).suffix in PHOTO_SUFFIXES), None
-    )
-
-
 def companions(photo: str | os.PathLike[str]) -> list[Path]:
     """The sidecars that belong to ``photo``, as found on disk (any case): ``NAME.EXT.xmp``
-    (darktable writes one for any photo), and for a raw then ``NAME.xmp`` (Lightroom's)."""
+    (darktable's, digiKam's default), then ``NAME.xmp`` (Lightroom's, Capture One's) when the photo
+    owns it (:func:`owner_of`: a raw of that stem before any other photo, else the first by name).
+    Any photo's, not only a raw's: a JPEG, HEIC or AVIF moves with its sidecars the same way."""
     photo = Path(photo)
-    return _found(photo, [f"{photo.name}{SUFFIX}"] + ([f"{photo.stem}{SUFFIX}"] if is_raw(photo) else []))
+    wanted = [f"{photo.name}{SUFFIX}"]
+    short = f"{photo.stem}{SUFFIX}"
+    if short.casefold() != wanted[0].casefold():
+        if owner_of(photo.parent / short, set(_entries(photo.parent))) == photo.name.casefold():
+            wanted.append(short)
+    return _found(photo, wanted)
 
 
 def _found(photo: Path, wanted_names: list[str]) -> list[Path]:
@@ -89,13 +89,8 @@ def _found(photo: Path, wanted_names: list[str]) -> list[Path]:
 
 def sidecar_of(photo: str | os.PathLike[str]) -> Path | None:
     """The sidecar a photo's (raw or not) metadata is written to now, or None: the first of
-    :func:`companions`; for another photo then ``NAME.xmp`` where the photo owns it
-    (:func:`_stem_owner`: no raw shares its stem, and it is the first photo of that stem)."""
-    photo = Path(photo)
+    :func:`companions` (``NAME.EXT.xmp``, else a ``NAME.xmp`` the photo owns)."""
     found = companions(photo)
-    if not found and not is_raw(photo):
-        if _stem_owner(photo.stem.casefold(), _entries(photo.parent)) == photo.name.casefold():
-            found = _found(photo, [f"{photo.stem}{SUFFIX}"])
     return found[0] if found else None
 
 
@@ -116,12 +111,31 @@ def companion_target(companion: Path, photo: Path, new_photo: Path) -> Path:
 
 def owner_of(sidecar: Path, names: set[str]) -> str | None:
     """The file a sidecar belongs to among ``names`` (case-folded names of its folder): ``X.CR2``
-    for ``X.CR2.xmp``, a raw named ``X.*`` for ``X.xmp``; None when neither is there."""
+    for ``X.CR2.xmp``; for ``X.xmp`` a raw named ``X.*``, else another photo named ``X.*`` (the
+    first by name); None when there is none."""
     body = sidecar.name[: -len(SUFFIX)].casefold()
     if body in names:
         return body
     stem = body + "."
-    return next((n for n in sorted(names) if n.startswith(stem) and is_raw(n)), None)
+    photos = sorted(n for n in names if n.startswith(stem) and "." not in n[len(stem) :] and is_photo_name(n))
+    raws = [n for n in photos if is_raw(n)]
+    return (raws or photos or [None])[0]
+
+
+def changes_an_owner(target: Path, landing: list[Path], leaving: list[Path]) -> bool:
+    """Would a photo landing at ``target`` (its sidecars at ``landing``; the files ``leaving`` its
+    folder as it goes) change who owns a ``STEM.xmp`` there (:func:`owner_of`)? Its own would belong
+    to another photo of that stem (a raw), or another photo's would become its. A move never does:
+    the unit takes the next name instead."""
+    names = set(_entries(target.parent)) - {f.name.casefold() for f in leaving if f.parent == target.parent}
+    short = f"{target.stem}{SUFFIX}".casefold()
+    after = names | {target.name.casefold()} | {f.name.casefold() for f in landing}
+    if short not in after or short == f"{target.name}{SUFFIX}".casefold():
+        return False
+    now = owner_of(target.parent / short, after)
+    if any(f.name.casefold() == short for f in landing):
+        return now != target.name.casefold()
+    return short in names and owner_of(target.parent / short, names) != now
 
 
 def _tool(path: Path) -> exiftool.ExifTool:

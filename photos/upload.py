@@ -35,6 +35,11 @@ from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnec
 from photos.errors import InvalidParameter, OutsideRoot, PatternError, PhotoError
 from photos.rename import check_relpath, normalize_ext, render, resolve_target
 
+# Content types of the photo formats (and sidecars) whatever the machine's mime.types says.
+for _suffix, _type in ((".avif", "image/avif"), (".jxl", "image/jxl"), (".heic", "image/heic"),
+                       (".heif", "image/heif"), (".xmp", "application/rdf+xml")):  # fmt: skip
+    mimetypes.add_type(_type, _suffix)
+
 MiB = 1024 * 1024
 MIN_PART_SIZE = 5 * MiB
 MAX_PARTS = 10_000

@@ -196,7 +196,7 @@ def succeed(
     control: str | None = None
     if not last_lane:
         control = lock_for_finish(s, lease)  # job -> item: the next lane's state follows it
-        bundle = lock_bundle(s, lease.job_id, lease.position + 1)
+        bundle = lock_bundle(s, lease.job_id, lease.position + 1, lease.photo_ids)
     conn = s.connection()
     dialect = conn.dialect.name
     row = conn.execute(
@@ -267,7 +267,7 @@ def fail(
         detail = {"error": error, "delay": delay, "state": state, **extra}
         emit_for(s, "item_retry_scheduled", lease, worker, _timed(detail, lease))
         return state
-    bundle = lock_bundle(s, lease.job_id, lease.position + 1)
+    bundle = lock_bundle(s, lease.job_id, lease.position + 1, lease.photo_ids, failed=True)
     _end_lease(s, lease, release=False, state=FAILED, error=error)
     reason = f"{lease.lane} failed: {error}"
     skipped = skip_later(s, lease.job_id, lease.position, lease.photo_ids, reason, state_for(control), bundle)

@@ -34,6 +34,27 @@ from .queries import item_photos_query, job_control_shared, successors_query, un
 # The states an item has not ended in (waiting, pending, queued, running, paused), in ALL_STATES order.
 UNFINISHED = tuple(state for state in ALL_STATES if state not in TERMINAL)
 
+#: Which lanes' success an item of a lane needs, for the same photo, when that lane comes earlier
+#: in the job (README "Which lane waits for which"). A failed item skips only the later items
+#: that need it; the first later item that does not runs next. A photo's backup never waits on an
+#: edit: upload and archive need nothing (they copy or move the file as it is, the unedited
+#: original when the edit failed; they never decode pixels), and neither do analysis and exif
+#: (each checks the file itself). rename needs exif: a name is made from the edited metadata (a
+#: time shift), so a photo whose edit failed keeps its name. A lane not named needs every lane
+#: before it.
+NEEDS: dict[str, frozenset[str]] = {
+    "analysis": frozenset(),
+    "exif": frozenset(),
+    "rename": frozenset({"exif"}),
+    "upload": frozenset(),
+    "archive": frozenset(),
+}
+
+
+def needs(lane: str, earlier: Sequence[str]) -> set[str]:
+    """The lanes among ``earlier`` (the job's lanes before ``lane``) whose success ``lane`` needs."""
+    return set(NEEDS.get(lane, frozenset(earlier))) & set(earlier)
+
 
 def lock_job(s: Session, job_id: int) -> str | None:
     """Share-lock the job row and return its control request. Called before any item is touched
@@ -70,6 +91,18 @@ def _successors(s: Session, job_id: int, position: int, photo_ids: Iterable[int]
     return out
 
 
+def _runnable(s: Session, job_id: int, position: int, items: Sequence[Any]) -> list[Any]:
+    """Those of ``items`` (waiting items after ``position``) before the job's next waiting bundle:
+    a photo's items after a bundle lane wait for the bundle, which readies them when it ends."""
+    if not items:
+        return []
+    bundle_id = _waiting_bundle(s, job_id, position + 1)
+    if bundle_id is None:
+        return list(items)
+    at = s.execute(select(Item.position).where(Item.id == bundle_id)).scalar_one()
+    return [i for i in items if i.position < at]
+
+
 def lane_unfinished(s: Session, job_id: int, lane: str) -> bool:
     """Has any item of the job's ``lane`` not ended? One seek per unfinished state, so finishing
     an item of a 100,000-photo job does not count the others (a count over the lane's items — and
@@ -82,39 +115,66 @@ def lane_unfinished(s: Session, job_id: int, lane: str) -> bool:
     return False
 
 
-def _waiting_bundle(s: Session, job_id: int, position: int) -> int | None:
-    """The id of the job's bundle item at ``position`` while it waits (no lock)."""
-    return s.execute(
-        select(Item.id).where(
-            Item.job_id == job_id, Item.position == position, Item.photo_id.is_(None), Item.state == WAITING
-        )
-    ).scalar_one_or_none()
+def _waiting_bundle(s: Session, job_id: int, position: int, upto: int | None = None) -> int | None:
+    """The id of the job's first bundle item at ``position`` or later (up to ``upto``) while it
+    waits (no lock)."""
+    where = [Item.job_id == job_id, Item.position >= position, Item.photo_id.is_(None), Item.state == WAITING]
+    if upto is not None:
+        where.append(Item.position <= upto)
+    return s.execute(select(Item.id).where(*where).order_by(Item.position).limit(1)).scalar_one_or_none()
 
 
-def lock_bundle(s: Session, job_id: int, position: int) -> Any:
-    """The job's waiting bundle item at ``position`` (its id, lane and token), row-locked; None
-    when none waits there. Taken by an ending item of the lane before, after the job's share lock
-    and before the item's own row (a bundle is created before its job's photo items: a lower id),
-    so of two items finishing at once the second waits here, sees the first's commit, and exactly
-    one of them releases the bundle (``_bundle_ready``)."""
-    bundle_id = _waiting_bundle(s, job_id, position)
+def bundle_reach(
+    s: Session, job_id: int, position: int, photo_ids: Iterable[int], *, failed: bool
+) -> int | None:
+    """How far a waiting bundle may lie for ending the photos' items at ``position`` (succeeded, or
+    ``failed`` for good) to release it: up to the later item of theirs that runs next (a bundle
+    beyond it waits for that item), anywhere (None) when nothing of theirs runs next. Read before
+    any row is locked: a photo's later items only wait (nothing else moves them while the job's
+    share lock is held)."""
+    later = _successors(s, job_id, position, photo_ids)
+    if failed:
+        lanes = s.execute(select(Job.lanes).where(Job.id == job_id)).scalar_one()
+        _, nxt = blocked_and_next(lanes, lanes[position], later)
+    else:
+        nxt = _first_per_photo(later)
+    nxt = _runnable(s, job_id, position, nxt)
+    photos = set(photo_ids)
+    if not nxt or {i.photo_id for i in nxt} != photos:
+        return None
+    return max(i.position for i in nxt)
+
+
+def lock_bundle(
+    s: Session, job_id: int, position: int, photo_ids: Iterable[int] = (), *, failed: bool = False
+) -> Any:
+    """The job's waiting bundle item at ``position`` or later that ending the photos' items before
+    it may release (:func:`bundle_reach`; without photos: only one at ``position``), its id, lane,
+    token and position, row-locked; None when none waits there. Taken by an ending item of an
+    earlier lane, after the job's share lock and before the item's own row (a bundle is created
+    before its job's photo items: a lower id), so of two items finishing at once the second waits
+    here, sees the first's commit, and exactly one of them releases the bundle (``_bundle_ready``)."""
+    ids = tuple(photo_ids)
+    upto = bundle_reach(s, job_id, position - 1, ids, failed=failed) if ids else position
+    bundle_id = _waiting_bundle(s, job_id, position, upto)
     if bundle_id is None:
         return None
     return s.execute(
-        select(Item.id, Item.lane, Item.fencing_token)
+        select(Item.id, Item.lane, Item.fencing_token, Item.position)
         .where(Item.id == bundle_id, Item.state == WAITING)
         .with_for_update()
     ).first()
 
 
-def _bundle_ready(s: Session, job_id: int, position: int, bundle: Any, state: str) -> list[dict[str, Any]]:
-    """A bundle item (several photos, at ``position``, locked by ``lock_bundle``) becomes ready
-    (``state``) once every item of the lane before it has ended (the ending item's own row already
-    written). Its event row, for the caller to insert after the ending item's own event."""
+def _bundle_ready(s: Session, job_id: int, bundle: Any, state: str) -> list[dict[str, Any]]:
+    """A bundle item (several photos, locked by ``lock_bundle``) becomes ready (``state``) once
+    every item of every lane before it has ended (the ending item's own row, and the later items it
+    skipped or made ready, already written: a photo whose edit failed may still be on its way to
+    a lane before the bundle). Its event row, for the caller to insert after the ending item's own."""
     if bundle is None:
         return []
     lanes = s.execute(select(Job.lanes).where(Job.id == job_id)).scalar_one()
-    if position > 0 and lane_unfinished(s, job_id, lanes[position - 1]):
+    if any(lane_unfinished(s, job_id, lane) for lane in lanes[: bundle.position]):
         return []
     s.execute(update(Item).where(Item.id == bundle.id).values(state=state, updated_at=db_now()))
     return [
@@ -130,21 +190,23 @@ def _bundle_ready(s: Session, job_id: int, position: int, bundle: Any, state: st
 
 
 def bundle_members(engine: Engine, item_id: int) -> list[tuple[int, str]]:
-    """(photo id, current path) of a bundle's photos whose item in the lane before succeeded
-    (all of them when the bundle is the first lane)."""
+    """(photo id, current path) of a bundle's photos whose items in the lanes the bundle's lane
+    needs (:data:`NEEDS`) all succeeded (every photo when it needs none, the archive: a failed
+    edit never keeps a photo out of its backup)."""
     with Session(reader(engine)) as s:
         bundle = s.get(Item, item_id)
         if bundle is None:
             return []
+        lanes = s.execute(select(Job.lanes).where(Job.id == bundle.job_id)).scalar_one()
         q = (
             select(Photo.id, Photo.path)
             .join(ItemPhoto, ItemPhoto.photo_id == Photo.id)
             .where(ItemPhoto.item_id == item_id)
             .order_by(Photo.id)
         )
-        if bundle.position > 0:
+        for lane in sorted(needs(bundle.lane, lanes[: bundle.position])):
             done = select(Item.photo_id).where(
-                Item.job_id == bundle.job_id, Item.position == bundle.position - 1, Item.state == SUCCEEDED
+                Item.job_id == bundle.job_id, Item.lane == lane, Item.state == SUCCEEDED
             )
             q = q.where(Photo.id.in_(done))
         return [(r.id, r.path) for r in s.execute(q)]
@@ -169,14 +231,26 @@ def _mark_waiting(s: Session, rows: Sequence[Any], values: dict[str, Any]) -> li
 def advance(
     s: Session, job_id: int, position: int, photo_ids: Iterable[int], state: str, bundle: Any
 ) -> list[dict[str, Any]]:
-    """The photo's item of the next lane becomes ready (``state``: pending, or paused/cancelled per
-    the job), and the next lane's bundle (locked by ``lock_bundle``) when its lane before ended.
+    """Each photo's next waiting item (the next lane's; a later one where the lanes between were
+    skipped by an earlier failure) becomes ready (``state``: pending, or paused/cancelled per the
+    job), and the job's waiting bundle (locked by ``lock_bundle``) when every lane before it ended.
     Their event rows, for the caller to insert after the ending item's own event."""
-    events = _bundle_ready(s, job_id, position + 1, bundle, state)
-    nxt = [i for i in _successors(s, job_id, position, photo_ids) if i.position == position + 1]
-    if not nxt:
-        return events
-    return events + [
+    nxt = _runnable(s, job_id, position, _first_per_photo(_successors(s, job_id, position, photo_ids)))
+    events = _ready_events(s, job_id, nxt, state)
+    return _bundle_ready(s, job_id, bundle, state) + events
+
+
+def _first_per_photo(items: Sequence[Any]) -> list[Any]:
+    first: dict[int, Any] = {}
+    for i in sorted(items, key=lambda i: i.position):
+        first.setdefault(i.photo_id, i)
+    return list(first.values())
+
+
+def _ready_events(s: Session, job_id: int, items: Sequence[Any], state: str) -> list[dict[str, Any]]:
+    if not items:
+        return []
+    return [
         {
             "type": "item_ready" if state == PENDING else f"item_{state}",
             "job_id": job_id,
@@ -186,21 +260,49 @@ def advance(
             "token": i.fencing_token,
             "detail": {"state": state},
         }
-        for i in _mark_waiting(s, nxt, {"state": state})
+        for i in _mark_waiting(s, items, {"state": state})
     ]
+
+
+def blocked_and_next(
+    lanes: Sequence[str], failed_lane: str, later: Sequence[Any]
+) -> tuple[list[Any], list[Any]]:
+    """After a photo's item of ``failed_lane`` failed: which of its waiting ``later`` items are
+    skipped (their lane needs the failed lane, or a lane skipped for it: :data:`NEEDS`) and which
+    one runs next (the first that is not skipped), per photo."""
+    skip: list[Any] = []
+    ready: list[Any] = []
+    by_photo: dict[Any, list[Any]] = {}
+    for i in sorted(later, key=lambda i: i.position):
+        by_photo.setdefault(i.photo_id, []).append(i)
+    for items in by_photo.values():
+        blocked = {failed_lane}
+        found_next = False
+        for i in items:
+            if needs(i.lane, lanes[: i.position]) & blocked:
+                skip.append(i)
+                blocked.add(i.lane)
+            elif not found_next:
+                ready.append(i)
+                found_next = True
+    return skip, ready
 
 
 def skip_later(
     s: Session, job_id: int, position: int, photo_ids: Iterable[int], reason: str, state: str, bundle: Any
 ) -> list[dict[str, Any]]:
-    """Every later lane's waiting item of the photos becomes ``skipped`` with the reason, and the
-    next lane's bundle (locked by ``lock_bundle``) goes on without them once its lane before ended
-    (``state``: its ready state). Their event rows, for the caller to insert."""
-    events = _bundle_ready(s, job_id, position + 1, bundle, state)
+    """After the photos' item at ``position`` failed for good: every later lane's waiting item that
+    needs it (:data:`NEEDS`, directly or through a lane skipped for it) becomes ``skipped`` with the
+    reason; the first later item that does not becomes ready (``state``: its ready state) — a
+    failed edit never stops the photo's upload and archive —, and the job's waiting bundle goes on
+    (without the photos, where it needs the lane) once every lane before it ended. Their event
+    rows, for the caller to insert."""
+    lanes = s.execute(select(Job.lanes).where(Job.id == job_id)).scalar_one()
     later = _successors(s, job_id, position, photo_ids)
-    if not later:
-        return events
-    return events + [
+    skip, ready = blocked_and_next(lanes, lanes[position], later)
+    ready = _runnable(s, job_id, position, ready)
+    lock_items(s, [i.id for i in (*skip, *ready)])  # ascending id, whichever is skipped or made ready
+    events = [
         {
             "type": "item_skipped",
             "job_id": job_id,
@@ -210,8 +312,10 @@ def skip_later(
             "token": i.fencing_token,
             "detail": {"reason": reason},
         }
-        for i in _mark_waiting(s, later, {"state": SKIPPED, "error": reason})
+        for i in _mark_waiting(s, skip, {"state": SKIPPED, "error": reason})
     ]
+    events += _ready_events(s, job_id, ready, state)
+    return _bundle_ready(s, job_id, bundle, state) + events
 
 
 def skip_successors(s: Session, job_id: int, position: int, photo_ids: Iterable[int], reason: str) -> None:
@@ -220,7 +324,7 @@ def skip_successors(s: Session, job_id: int, position: int, photo_ids: Iterable[
     transaction that dropped photo-lock rows before calling this locked them first
     (``lock_successors``)."""
     state = ready_state(s, job_id)  # the job before any successor row (lock order)
-    bundle = lock_bundle(s, job_id, position + 1)
+    bundle = lock_bundle(s, job_id, position + 1, photo_ids, failed=True)
     emit_many(s, skip_later(s, job_id, position, photo_ids, reason, state, bundle))
 
 
@@ -239,7 +343,8 @@ def successor_ids(s: Session, finishing: Iterable[tuple[int, int, Iterable[int]]
         groups.setdefault((job_id, position), set()).update(photo_ids)
     ids: set[int] = set()
     for (job_id, position), photos in sorted(groups.items()):
-        bundle_id = _waiting_bundle(s, job_id, position + 1)
+        upto = bundle_reach(s, job_id, position, sorted(photos), failed=True) if photos else position + 1
+        bundle_id = _waiting_bundle(s, job_id, position + 1, upto)
         if bundle_id is not None:
             ids.add(bundle_id)
         ids.update(row.id for row in _successors(s, job_id, position, sorted(photos)))

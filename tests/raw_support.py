@@ -93,6 +93,7 @@ def make_raw(
     dng: bool = False,
     size: tuple[int, int] = (64, 48),
     orientation: int = 1,
+    compression: int = 1,
 ) -> Path:
     """Write a TIFF-based raw to ``path`` (see the module docstring); returns ``path``."""
     w, h = size
@@ -134,7 +135,7 @@ def make_raw(
         (256, LONG, [w]),
         (257, LONG, [h]),
         (258, SHORT, [16]),
-        (259, SHORT, [1]),
+        (259, SHORT, [compression]),  # 1: uncompressed; another (a newer camera's codec): LibRaw refuses it
         (262, SHORT, [32803]),
         (271, ASCII, make),
         (272, ASCII, model),

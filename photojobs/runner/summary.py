@@ -10,16 +10,25 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from photojobs.api import Client, skipped_text
+from photojobs.api import Client, left_out_lines, skipped_text
 from photojobs.cli_support import shown
 from photojobs.progress import failure_lines, lane_row
 from photojobs.runner.outcome import EXIT_FAILED_ITEMS, EXIT_OK
 from photos.analyze import near_duplicate_groups
 from store import jobs as store_jobs
 
+#: How many left-out files the text summary names (``--json``'s ``left_out_files`` names all).
+LEFT_OUT_SHOWN = 50
+
 
 def summarize(
-    client: Client, job_id: int, *, restarts: int, skipped: dict[str, int], state_dir: Path
+    client: Client,
+    job_id: int,
+    *,
+    restarts: int,
+    skipped: dict[str, int],
+    state_dir: Path,
+    left_out: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """The job's outcome: lanes, failures by reason, destinations, recoveries, near-duplicates."""
     status = client.status(job_id)
@@ -44,6 +53,7 @@ def summarize(
         "stale_commits_rejected": counts["stale_commit_rejected"],
         "near_duplicate_groups": len(groups),
         "skipped_files": skipped,
+        "left_out_files": list(left_out or []),
         "state_dir": str(state_dir),
     }
 
@@ -68,6 +78,8 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
     if summary["skipped_files"]:  # nothing left out silently
         left_out = skipped_text(summary["skipped_files"])
         console.print(f"left out of the job: {left_out}", highlight=False)
+        for line in left_out_lines(summary.get("left_out_files", []), LEFT_OUT_SHOWN):
+            console.print(shown(line), highlight=False, soft_wrap=True, markup=False)
     console.print(
         f"worker restarts {summary['worker_restarts']}, lease recoveries {summary['recoveries']}, "
         f"stale commits rejected {summary['stale_commits_rejected']}, "

@@ -228,7 +228,7 @@ def submit(body: JobRequest, request: Request) -> dict[str, Any]:
         ) from None
     except SubmissionError as exc:
         raise ApiError(400, "invalid_submission", str(exc), {"kind": type(exc).__name__}) from None
-    return {"job": done.job_id, "items": done.items, "skipped": done.skipped}
+    return {"job": done.job_id, "items": done.items, "skipped": done.skipped, "left_out": done.left_out}
 
 
 @api.get("/jobs", tags=["jobs"])

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import piexif
+from PIL import Image
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -65,6 +66,8 @@ RAWS = (
     ("IMG_0400.NEF", "NIKON CORPORATION", "NIKON Z 6", "2023:01:02 08:00:10", None),
 )
 PAIR_JPEG = "IMG_0400.jpg"
+JPEG_SIDECARS = ("stem", "ext")  # the sidecars the 2nd and 3rd dated JPEGs start with
+AVIFS = 2
 HOT = 12  # photos most jobs of a wave share
 WAVE_TIMEOUT = 180.0  # a wave whose movers have not settled by then is reported and cancelled
 MAX_LINGERING = 4  # jobs that move no photo and may still run when the next wave comes
@@ -157,8 +160,9 @@ class DeadFleet(AssertionError):
 
 
 def make_photos(folder: Path, seed: int) -> list[Path]:
-    """Real photos: dated JPEGs (with bursts), undated JPEGs, dated and undated PNGs, and camera raws
-    (``RAWS``: with embedded previews; two with an editor's sidecar, one of a RAW+JPEG pair)."""
+    """Real photos: dated JPEGs (with bursts; two with an editor's sidecar, ``JPEG_SIDECARS``),
+    undated JPEGs, dated and undated PNGs, dated AVIFs, and camera raws (``RAWS``: with embedded
+    previews; two with an editor's sidecar, one of a RAW+JPEG pair)."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = generate_samples(folder, DATED_JPEGS + UNDATED_JPEGS, seed=seed % 1000, size=(240, 180))
     for p in paths[DATED_JPEGS:]:
@@ -172,6 +176,18 @@ def make_photos(folder: Path, seed: int) -> list[Path]:
         paths.append(png)
     pair = paths[0].rename(folder / PAIR_JPEG)  # a dated JPEG: the JPEG half of the RAW+JPEG pair
     paths[0] = pair
+    # JPEG+sidecar pairs: a Lightroom NAME.xmp and a darktable NAME.jpg.xmp beside dated JPEGs
+    for k, (jpeg, form) in enumerate(zip(paths[1 : 1 + len(JPEG_SIDECARS)], JPEG_SIDECARS, strict=True)):
+        xmp = folder / (f"{jpeg.name}.xmp" if form == "ext" else f"{jpeg.stem}.xmp")
+        make_xmp_sidecar(
+            xmp, keywords=(f"jpeg{k}", "chaos"), rating=k + 1, description=f"lr {k}", label="Blue"
+        )
+    for i in range(AVIFS):  # phone AVIFs with their capture time (pixels unique by colour and size)
+        exif = Image.Exif()
+        exif.get_ifd(0x8769)[0x9003] = f"2023:09:27 14:35:{10 + i:02d}"
+        avif = folder / f"phone {i:02d}.avif"
+        Image.new("RGB", (80 + 2 * i, 60), (20 + 60 * i, 160, 240 - 60 * i)).save(avif, exif=exif.tobytes())
+        paths.append(avif)
     for i, (name, make, model, taken, sidecar) in enumerate(RAWS):
         raw = make_raw(
             folder / name,

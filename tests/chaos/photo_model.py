@@ -27,7 +27,10 @@ byte-identical to its original wherever it is (roots, archive, uploads, bundles)
 or ``NAME.xmp`` for one that started so), exist iff it existed before or an exif edit of the raw
 applied, hold every keyword of every applied keywords edit exactly once (merged with its own), its
 ``exif:DateTimeOriginal`` = the raw's capture time + the applied shifts (absent without a shift), and
-keep the other content it started with; a sidecar next to no raw at its store path is an orphan.
+keep the other content it started with; a sidecar next to no photo at its store path is an orphan.
+Any other photo's sidecar (a JPEG's Lightroom ``NAME.xmp`` or darktable ``NAME.jpg.xmp``) must
+likewise sit next to it under the matching name after every move, keep its editor's content and
+list no keyword twice.
 """
 
 from __future__ import annotations
@@ -127,14 +130,14 @@ class Baseline:
     taken: str | None  # EXIF DateTimeOriginal as written, None if undated
     tags: dict[str, Any]
     raw: bool = False
-    sidecar: str | None = None  # a raw's sidecar before the run: "ext" (NAME.EXT.xmp), "stem" (NAME.xmp)
+    sidecar: str | None = None  # its sidecar before the run: "ext" (NAME.EXT.xmp), "stem" (NAME.xmp)
     sidecar_tags: dict[str, Any] = field(default_factory=dict)  # SIDECAR_KEPT + its keywords
 
 
 def take_baseline(paths: Sequence[Path]) -> dict[str, Baseline]:
     """{path: Baseline} of the photos before the run; every photo's pixels must be unique."""
-    sidecars = {p: companions(p) for p in paths if is_raw(p)}
-    assert all(len(c) <= 1 for c in sidecars.values()), f"one sidecar per raw at most: {sidecars}"
+    sidecars = {p: companions(p) for p in paths}  # a raw's, and a JPEG's (any photo's) the same way
+    assert all(len(c) <= 1 for c in sidecars.values()), f"one sidecar per photo at most: {sidecars}"
     tags = read_tags([*paths, *(c[0] for c in sidecars.values() if c)])
     out: dict[str, Baseline] = {}
     for p in paths:
@@ -546,8 +549,9 @@ def _check_sidecars(
     out: dict[int, Path] = {}
     for pid, at in sorted(current.items()):
         base = baseline[pid]
-        if not base.raw:
-            # a photo that is not a raw has no sidecar of its own (the run makes none)
+        kind = "raw" if base.raw else "photo"
+        if not base.raw and base.sidecar is None:
+            # a photo that is not a raw and had no sidecar has none after the run (none is made)
             continue
         name = f"{at.stem}.xmp" if base.sidecar == "stem" else f"{at.name}.xmp"
         want = base.sidecar is not None or pid in edited
@@ -556,18 +560,18 @@ def _check_sidecars(
         other = on_disk.get((at.parent, other_name.casefold()))
         if other is not None and other != got:
             claimed.add(other)
-            bad.append(f"raw {pid} ({at}): sidecar {other.name} beside it, expected only {name}")
+            bad.append(f"{kind} {pid} ({at}): sidecar {other.name} beside it, expected only {name}")
         if got is not None:
             claimed.add(got)
             if want:
                 out[pid] = got
             else:
-                bad.append(f"raw {pid} ({at}): sidecar {got.name} appeared but no exif edit of it applied")
+                bad.append(f"{kind} {pid} ({at}): sidecar {got.name} appeared but no exif edit of it applied")
         elif want:
             stem = Path(base.path).stem.casefold()
             elsewhere = [str(f) for f in sidecar_files if f.name.casefold().startswith(stem)]
             bad.append(
-                f"raw {pid} ({at}): sidecar missing, expected {at.parent / name} "
+                f"{kind} {pid} ({at}): sidecar missing, expected {at.parent / name} "
                 f"(it {'existed before the run' if base.sidecar else 'got an applied exif edit'}; "
                 f"sidecars named like its original: {elsewhere})"
             )
@@ -575,7 +579,7 @@ def _check_sidecars(
     for f in sidecar_files:
         if f not in claimed:
             near = [str(o) for o in owners if o.parent == f.parent and f.name.startswith(o.stem)]
-            bad.append(f"orphan sidecar {f}: next to no raw at its store path (photos beside it: {near})")
+            bad.append(f"orphan sidecar {f}: next to no photo at its store path (photos beside it: {near})")
     return out
 
 
@@ -590,7 +594,21 @@ def _check_sidecar_content(
     shift_items: Sequence[int],
     keyword_edits: Sequence[tuple[int, list[str]]],
 ) -> None:
-    """A raw's sidecar: each applied shift once, each applied keyword once, its editor's content kept."""
+    """A raw's sidecar: each applied shift once, each applied keyword once, its editor's content kept.
+    Another photo's (a JPEG's): its editor's content kept, no keyword twice (what an edit of the
+    photo writes into it is the metadata lanes' to check)."""
+    if not base.raw:
+        listed = _keywords(now.get(SIDECAR_KEYWORDS))
+        if len(set(listed)) != len(listed):
+            bad.append(f"photo {pid}: sidecar {side} lists a keyword more than once ({listed})")
+        for tag in SIDECAR_KEPT:
+            if base.sidecar_tags.get(tag) != now.get(tag):
+                bad.append(
+                    f"photo {pid}: sidecar {side} lost its own content: {tag} "
+                    f"{base.sidecar_tags.get(tag)!r} -> {now.get(tag)!r}"
+                )
+        rep.counts["photo_sidecars_verified"] += 1
+        return
     taken = now.get(SIDECAR_TAKEN)
     if delta and base.taken is not None:
         want = (datetime.strptime(base.taken, EXIF_FORMAT) + delta).strftime(EXIF_FORMAT)

@@ -33,7 +33,7 @@ RENAME = lane_spec("rename", env={})
 ARCHIVE = lane_spec("archive", env={})
 ANALYSIS = lane_spec("analysis", env={})  # a shared photo lock, batch messages
 EXIF = lane_spec("exif", env={})
-ONE_ATTEMPT = lane_spec("analysis", env={"PHOTOJOBS_MAX_ATTEMPTS": "1"})
+ONE_ATTEMPT = lane_spec("exif", env={"PHOTOJOBS_MAX_ATTEMPTS": "1"})
 
 
 @pytest.fixture
@@ -127,15 +127,16 @@ def test_the_last_item_before_a_bundle_releases_it_in_the_global_order(
 def test_a_failure_for_good_skips_the_next_lanes_in_the_global_order(
     checked: tuple[Engine, Path], tmp_path: Path
 ) -> None:
-    """Given an analysis item (then exif) holding its photo lock; when it fails for good; then no
-    row was locked against the order (the old failure skipped the exif item after dropping its
-    photo-lock rows), the exif item is skipped after the failure and no lock row is left."""
+    """Given an exif item (then rename, which needs it) holding its photo lock; when it fails for
+    good; then no row was locked against the order (the old failure skipped the next item after
+    dropping its photo-lock rows), the rename item is skipped after the failure and no lock row
+    is left."""
     engine, folder = checked
-    job = store_jobs.submit(engine, [ANALYSIS, EXIF], photo_inputs(tmp_path, 1)).job_id
+    job = store_jobs.submit(engine, [EXIF, RENAME], photo_inputs(tmp_path, 1)).job_id
     [first] = _items_at(engine, job, 0)
-    lease = _claimed(engine, ANALYSIS, first)
+    lease = _claimed(engine, EXIF, first)
     with fenced(engine, lease.item_id, lease.token, worker="w", what="fail") as s:
-        store_items.fail(s, ANALYSIS, lease, "unreadable", "w", retry=False)
+        store_items.fail(s, EXIF, lease, "unreadable", "w", retry=False)
     assert table_order_violations(folder) == []
     [nxt] = _items_at(engine, job, 1)
     assert nxt.state == "skipped"
@@ -173,18 +174,19 @@ def test_a_batch_finish_of_a_middle_lane_locks_in_the_global_order(
 def test_a_sweeper_quarantine_skips_the_next_lanes_in_the_global_order(
     checked: tuple[Engine, Path], tmp_path: Path
 ) -> None:
-    """Given two analysis items (then exif) on their last attempt, holding their photo locks, whose
-    leases expired (their worker died); when the sweeper revokes both in one pass, quarantining
-    them; then no row was locked against the order (the old pass skipped an item's successors
-    after dropping photo-lock rows), both exif items are skipped and no lock row is left."""
+    """Given two exif items (then rename, which needs them) on their last attempt, holding their
+    photo locks, whose leases expired (their worker died); when the sweeper revokes both in one
+    pass, quarantining them; then no row was locked against the order (the old pass skipped an
+    item's successors after dropping photo-lock rows), both rename items are skipped and no lock
+    row is left."""
     engine, folder = checked
-    job = store_jobs.submit(engine, [ANALYSIS, EXIF], photo_inputs(tmp_path, 2)).job_id
+    job = store_jobs.submit(engine, [EXIF, RENAME], photo_inputs(tmp_path, 2)).job_id
     analysed = _items_at(engine, job, 0)
     for item in analysed:
         _claimed(engine, ONE_ATTEMPT, item)
     with Session(engine) as s, s.begin():
         s.execute(update(Item).where(Item.id.in_([i.id for i in analysed])).values(lease_expires_at=0.0))
-    revoked, quarantined = revoke_expired(engine, {"analysis": ONE_ATTEMPT})
+    revoked, quarantined = revoke_expired(engine, {"exif": ONE_ATTEMPT})
     assert (revoked, quarantined) == (2, 2)
     assert table_order_violations(folder) == []
     assert [i.state for i in _items_at(engine, job, 1)] == ["skipped", "skipped"]

@@ -30,7 +30,7 @@ def test_submit_status_events_and_control_speak_json(env: dict[str, str], tmp_pa
     final = json.loads(photojobs(env, "status", str(job["job"]), "--json").stdout)
     lines = photojobs(env, "events", "--job", str(job["job"]), "--json").stdout.splitlines()
     # Then each speaks the documented shape
-    assert job == {"job": job["job"], "items": 3, "skipped": {}}
+    assert job == {"job": job["job"], "items": 3, "skipped": {}, "left_out": []}
     assert status == {
         "job": job["job"],
         "state": "running",

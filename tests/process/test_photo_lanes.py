@@ -70,12 +70,14 @@ def test_bad_inputs_fail_clearly_and_the_rest_finish(
     assert "not an image" in failed["corrupt_text_03.jpg"]
     assert "pixels" in failed["bomb.png"]
     assert "not found" in failed["doomed.jpg"] or "No such file" in failed["doomed.jpg"]
-    # And their rename items were skipped with the reason, never run
-    skipped = [i for i in with_paths.values() if i.state == "skipped"]
-    assert len(skipped) == 5 and all("analysis failed" in (i.error or "") for i in skipped)
+    # And their rename items ran all the same (rename needs no analysis: a move never decodes a
+    # photo), only the deleted file's failing, again naming it; nothing was skipped
+    assert not [i for i in with_paths.values() if i.state == "skipped"]
+    rename_failed = [i.error or "" for i in with_paths.values() if i.lane == "rename" and i.state == "failed"]
+    assert len(rename_failed) == 1 and "doomed.jpg" in rename_failed[0]
     # And the good ones (including the unicode name) were renamed; the burst got distinct suffixes
     renamed = [Path(i.result["target"]) for i in with_paths.values() if i.lane == "rename" and i.result]
-    assert len(renamed) == 4 + 1 + 8 and len(set(renamed)) == len(renamed)
+    assert len(renamed) == 4 + 1 + 8 + 4 and len(set(renamed)) == len(renamed)
     burst = sorted(p.name for p in renamed if sha256_file(p) == burst_sha)
     stem = burst[0].rsplit(".", 1)[0]
     assert burst == sorted([f"{stem}.jpg"] + [f"{stem}_{n}.jpg" for n in range(1, 9)])
@@ -130,7 +132,7 @@ def test_full_pipeline_over_generated_photos(
 
 
 @pytest.mark.parametrize("kind", ["zip", "tar"])
-def test_archive_bundle_holds_every_analysed_photo_with_a_verified_manifest(
+def test_archive_bundle_holds_every_photo_with_a_verified_manifest(
     engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path, kind: str
 ) -> None:
     # Given 12 photos (two corrupt) and, at the same time, an EXIF job on the same photos
@@ -145,9 +147,10 @@ def test_archive_bundle_holds_every_analysed_photo_with_a_verified_manifest(
         fleet.start_worker(["analysis", "archive", "exif"], threads=2)
     for job in (bundle_job, exif_job):
         wait_job_done(engine, job, 120)
-    # Then one bundle holds the ten good photos (the corrupt ones failed analysis), its manifest checks out
+    # Then one bundle holds all twelve (the corrupt ones failed analysis, but an archive needs no
+    # analysis: the backup comes first), its manifest checks out
     [bundle_item] = [i for i in items_of(engine, bundle_job) if i.lane == "archive"]
-    assert bundle_item.state == "succeeded" and bundle_item.result["photos"] == 10
+    assert bundle_item.state == "succeeded" and bundle_item.result["photos"] == 12
     bundle = Path(bundle_item.result["bundle"])
     assert bundle.name == f"photojobs-job{bundle_job}.{kind}"
     from photos.archive import verify_bundle
@@ -155,11 +158,11 @@ def test_archive_bundle_holds_every_analysed_photo_with_a_verified_manifest(
     names = _bundle_names(bundle, kind)
     manifest = json.loads(_bundle_read(bundle, kind, "MANIFEST.json"))
     verify_bundle(bundle, manifest)
-    assert len(manifest["members"]) == 10 and len(names) == 11
+    assert len(manifest["members"]) == 12 and len(names) == 13
     # And the originals are all still in place (a bundle copies), the EXIF job succeeded on the good ones
     assert all(p.exists() for p in made)
     assert item_states(engine, exif_job).get("succeeded") == 10
-    # And the bundle's exclusive locks on its ten photos never overlapped EXIF work on them
+    # And the bundle's exclusive locks on its photos never overlapped EXIF work on them
     intervals = work_intervals(engine)
     [(b0, b1)] = [
         (s, e) for spans in [intervals.get(None, [])] for s, e, _lane, item in spans if item == bundle_item.id

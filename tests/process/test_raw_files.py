@@ -103,10 +103,11 @@ def test_analysis_and_exif_of_raws_write_only_sidecars(
     assert analysis["IMG_0002.CR2"]["result"]["make"] == "Canon"
     assert analysis["DSC_0001.NEF"]["result"]["pixels_from"] == "ThumbnailImage"
     assert analysis["IMG_0003.dng"]["result"]["pixels_from"] == "libraw"
-    # and the garbage raw failed with the reason, its exif item never ran
+    # and the garbage raw failed analysis with the reason; its exif item ran all the same (exif
+    # needs no analysis: a raw's metadata goes to its sidecar, no pixel of it is needed)
     assert analysis["broken.NEF"]["state"] == "failed"
     assert "no usable embedded preview" in analysis["broken.NEF"]["error"]
-    assert exif["broken.NEF"]["state"] != "succeeded"
+    assert exif["broken.NEF"]["state"] == "succeeded"
     # and every raw is byte-identical with the same modification time
     assert {p.name: fingerprint(p) for p in (nef, cr2, dng, broken)} == before
     # and the metadata is in sidecars: the existing one merged (its keyword and label kept), new ones made
@@ -121,7 +122,7 @@ def test_analysis_and_exif_of_raws_write_only_sidecars(
     assert exif["IMG_0002.CR2"]["result"]["sidecar"] == str(folder / "IMG_0002.CR2.xmp")
     assert names(folder) == sorted(
         ["DSC_0001.NEF", "DSC_0001.NEF.xmp", "IMG_0002.CR2", "IMG_0002.CR2.xmp", "IMG_0003.dng",
-         "IMG_0003.dng.xmp", "broken.NEF", "notes.txt"]
+         "IMG_0003.dng.xmp", "broken.NEF", "broken.NEF.xmp", "notes.txt"]
     )  # fmt: skip
     client.engine.dispose()
 
@@ -279,6 +280,15 @@ def test_submit_and_run_say_what_a_folder_scan_left_out(
     assert run.wait() == 0, run.logs()
     summary = run.summary()
     assert summary["skipped_files"] == expected and summary["lanes"]["analysis"]["succeeded"] == 2
+    # and each names every file it left out, with its reason (not only the counts)
+    named = [
+        {"path": str(folder / ".cache"), "reason": "hidden folder"},
+        {"path": str(folder / ".hidden.jpg"), "reason": "hidden file"},
+        {"path": str(folder / "IMG_0001.RW2.xmp"), "reason": "sidecar of a raw"},
+        {"path": str(folder / "notes.txt"), "reason": "not a photo"},
+    ]
+    assert json.loads(as_json.stdout)["left_out"] == named and summary["left_out_files"] == named
+    assert f"  {folder / '.hidden.jpg'}: hidden file" in plain.stderr.splitlines()
 
 
 def test_s3_upload_puts_the_sidecar_next_to_the_raw_key_and_a_bundle_holds_it(

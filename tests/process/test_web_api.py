@@ -53,7 +53,8 @@ def test_every_status_code_of_the_api(server: WebServer, fleet: Fleet, photos: P
     # partial with failures grouped by reason class
     assert created.status_code == 201, created.text
     job = created.json()
-    assert job == {"job": job["job"], "items": 5, "skipped": {"hidden file": 1}}
+    hidden = {"path": str(photos / "good" / ".hidden"), "reason": "hidden file"}
+    assert job == {"job": job["job"], "items": 5, "skipped": {"hidden file": 1}, "left_out": [hidden]}
     st = wait_job(http, job["job"])
     assert st["state"] == "partial" and st["lanes"] == {"noop": {"succeeded": 3, "failed": 2}}
     assert st["skipped"] == {"hidden file": 1}  # recorded with the job, for the dashboard

@@ -374,9 +374,11 @@ def test_taken_now_reads_the_capture_time_the_file_has_now(tmp_path: Path) -> No
     # When the capture time is read from each / Then it is the file's own, after the shift
     assert taken_now(photo) == "2004-10-02T23:29:52"
     assert taken_now(shifted, default="2004-10-02T23:29:52") == "2004-10-03T00:29:52"
-    # and a file without one has none, while a file Pillow cannot open keeps what the caller knew
+    # and a file without one (in any source: a PNG, a text file) has none, while a file whose
+    # metadata cannot be read at all (gone) keeps what the caller knew
     assert taken_now(png, default="2001-01-01T00:00:00") is None
-    assert taken_now(text, default="2001-01-01T00:00:00") == "2001-01-01T00:00:00"
+    assert taken_now(text, default="2001-01-01T00:00:00") is None
+    assert taken_now(tmp_path / "gone.jpg", default="2001-01-01T00:00:00") == "2001-01-01T00:00:00"
 
 
 @pytest.mark.parametrize(
