@@ -133,24 +133,25 @@ def test_a_lane_rate_is_over_its_busy_time_not_the_whole_window(engine: Engine, 
 def test_skips_fold_under_their_cause_and_an_item_lists_its_attempts(
     http: TestClient, engine: Engine, tmp_path: Path
 ) -> None:
-    # Given a job of 3 photos through noop then exif; each photo's noop attempt fails once with an
-    # unexpected exception (a retry) and then for good, so exif skips all three
-    job = _submit(engine, tmp_path, 3, ("noop", "exif"))
+    # Given a job of 3 photos through exif then rename (which needs exif: store.pipeline.NEEDS); each
+    # photo's exif attempt fails once with an unexpected exception (a retry) and then for good, so
+    # rename skips all three
+    job = _submit(engine, tmp_path, 3, ("exif", "rename"))
     try:
         raise RuntimeError("decoder exploded at offset 12")
     except RuntimeError as exc:
         trace = bounded_trace(exc)
-    for item in _items(engine, job, "noop"):
+    for item in _items(engine, job, "exif"):
         _run(engine, item, f"RuntimeError: decoder exploded at offset {item.id}", retry=True, trace=trace)
-        again = next(i for i in _items(engine, job, "noop") if i.id == item.id)
+        again = next(i for i in _items(engine, job, "exif") if i.id == item.id)
         with Session(engine) as s, s.begin():
             s.get(Item, item.id).not_before = 0.0  # type: ignore[union-attr]
         _run(engine, again, f"RuntimeError: decoder exploded at offset {item.id}", retry=False, trace=trace)
     # When the job is read
     st = http.get(f"/api/jobs/{job}").json()
-    # Then there is one group: the noop failure, with its 3 exif skips folded under it
-    assert [(g["lane"], g["state"], g["count"]) for g in st["failures"]] == [("noop", "failed", 3)]
-    assert st["failures"][0]["cascade"] == {"exif": 3} and st["failures"][0]["cascade_total"] == 3
+    # Then there is one group: the exif failure, with its 3 rename skips folded under it
+    assert [(g["lane"], g["state"], g["count"]) for g in st["failures"]] == [("exif", "failed", 3)]
+    assert st["failures"][0]["cascade"] == {"rename": 3} and st["failures"][0]["cascade_total"] == 3
     # When one failed item's page is read
     item = st["failures"][0]["examples"][0]["item"]
     page = http.get(f"/api/jobs/{job}/items/{item}").json()
