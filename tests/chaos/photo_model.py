@@ -317,7 +317,10 @@ def check_files(
         p = params.get(item.job_id, {})
         if p.get("undo.job") is not None:  # an undo's restores: from the effect log, below
             continue
+        # one edit is one unit: the photo's own intent (photo_id set) and its sidecar's (a companion,
+        # photo_id None); a raw's edit is its sidecar's alone
         applied = [i for i in by_item.get(item.id, []) if i.state == "applied"]
+        applied = [i for i in applied if i.photo_id is not None] or applied
         if len(applied) > 1:
             bad.append(
                 f"item {item.id} (job {item.job_id}, exif): {len(applied)} applied edits, at most one allowed"
