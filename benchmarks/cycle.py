@@ -65,7 +65,8 @@ class Meter:
         event.listen(engine, "before_cursor_execute", stmt)
         for name in ("begin", "commit", "rollback"):
             event.listen(engine, name, trip)
-        event.listen(engine.pool, "checkout", lambda *a: trip())  # pool_pre_ping: one SELECT 1
+        if getattr(engine.pool, "_pre_ping", False):  # pool_pre_ping: one round trip per checkout
+            event.listen(engine.pool, "checkout", lambda *a: trip())
 
     def __call__(self, phase: str, fn: Callable[[], Any]) -> Any:
         self.phase = phase

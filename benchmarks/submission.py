@@ -2,7 +2,9 @@
 
 Runs in a child process (``python -m benchmarks.submit_child``) so its peak RSS is its own:
 ``os.wait4`` returns the child's ``ru_maxrss``. Reports the wall time, its split between walking the
-folder and the store transaction, and the peak RSS (and its growth over the RSS after imports).
+folder and the store transaction, the peak RSS (and its growth over the RSS after imports), and the
+CPU per 1,000 photos of the submitting process and (PostgreSQL) of the database's backends, sampled
+from ``/proc`` while the child runs (load-proof, unlike the wall time).
 """
 
 from __future__ import annotations
@@ -22,20 +24,34 @@ NAME = "submit"
 def _run_child(
     ctx: BenchContext, url: str, folder: str, timeout: float
 ) -> tuple[dict[str, float], int, float]:
-    """Run the child; returns (its JSON, its peak RSS in KiB, the wall time seen by the parent)."""
+    """Run the child; returns (its JSON, its peak RSS in KiB, the wall time seen by the parent). The
+    JSON gains ``cpu_s`` (the child's) and ``backends_cpu_s`` (PostgreSQL's backends of the database)."""
+    from .million import CpuTracker
+
     cmd = [sys.executable, "-m", "benchmarks.submit_child", url, folder]
     ctx.note(command="submit: " + command_line(cmd))
+    reader = Reader(url) if url.startswith("postgresql") else None
+    tracker = CpuTracker({"backends": (lambda: _backends(reader)) if reader else list})
+    tracker.start()
     t0 = time.perf_counter()
     proc = ctx.procs.spawn("submit", cmd, ctx.photojobs_env(url))
     deadline = time.monotonic() + timeout
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() > deadline:
-            ctx.procs.kill(proc)
-            raise BenchmarkError(f"submission did not finish in {timeout:.0f}s")
-        time.sleep(0.02)
+    next_sample = 0.0
+    try:
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                ctx.procs.kill(proc)
+                raise BenchmarkError(f"submission did not finish in {timeout:.0f}s")
+            if time.monotonic() >= next_sample:  # each sample is a query: not at every poll
+                tracker.sample()
+                next_sample = time.monotonic() + 0.1
+            time.sleep(0.02)
+    finally:
+        if reader:
+            reader.close()
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4, so Popen cannot see it
     log = ctx.procs.tail(proc, 100_000)
@@ -44,7 +60,16 @@ def _run_child(
     lines = [line for line in log.splitlines() if line.startswith("{")]
     if not lines:
         raise BenchmarkError(f"submit child printed no result: {log[-2000:]}")
-    return json.loads(lines[-1]), int(usage.ru_maxrss), wall
+    data = json.loads(lines[-1])
+    data["cpu_s"] = round(usage.ru_utime + usage.ru_stime, 3)
+    data["backends_cpu_s"] = tracker.totals()["backends"]
+    return data, int(usage.ru_maxrss), wall
+
+
+def _backends(reader: Reader) -> list[int]:
+    """The database's PostgreSQL backends but the reader's own."""
+    sql = "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    return [r[0] for r in reader.rows(sql)]
 
 
 @register(NAME, "Submission of a large folder: time and peak RSS of the submitting process")
@@ -83,6 +108,15 @@ def submission(ctx: BenchContext) -> list[Row]:
                 note=f"{rate:,.0f} items/s; walk {data.get('collect_s', 0):.2f} s, store transaction "
                 f"{data.get('store_submit_s', 0):.2f} s",
                 detail={**data, "child_wall_s": round(wall, 2)},
+            ),
+            Row(
+                NAME,
+                case,
+                "CPU s per 1,000 photos (submitter + backends)",
+                round(1000 * (data["cpu_s"] + data["backends_cpu_s"]) / n, 4),
+                "s",
+                note=f"submitter {1000 * data['cpu_s'] / n:.4f}, PostgreSQL backends "
+                f"{1000 * data['backends_cpu_s'] / n:.4f} (SQLite: in the submitter)",
             ),
             Row(
                 NAME,

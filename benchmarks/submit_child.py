@@ -42,7 +42,7 @@ def main(argv: list[str]) -> int:
 
     parts: dict[str, float] = {}
     # Instrument this process only: the walk and the store transaction, inside Client.submit.
-    api.collect_photos = _timed(parts, "collect_s", api.collect_photos)  # type: ignore[assignment]
+    api.scan_photos = _timed(parts, "collect_s", api.scan_photos)  # type: ignore[assignment]
     store_jobs.submit = _timed(parts, "store_submit_s", store_jobs.submit)  # type: ignore[assignment]
     client = api.Client(Settings.from_env({"PHOTOJOBS_DATABASE_URL": url}), migrate=False)
     rss_before = _rss_kib()

@@ -102,14 +102,19 @@ def not_utf8(name: str) -> bool:
 
 @dataclass(frozen=True)
 class Scan:
-    """What :func:`scan_photos` found: the photos, their roots, and what it left out: counted by
-    reason (``skipped``) and each file named (``left_out``: ``{"path", "reason"}``, path order;
-    a hidden folder is named once, not its files)."""
+    """What :func:`scan_photos` found: the photos (as absolute path text, sorted as paths), their
+    roots, and what it left out: counted by reason (``skipped``) and each file named (``left_out``:
+    ``{"path", "reason"}``, path order; a hidden folder is named once, not its files)."""
 
-    photos: list[Path]
+    paths: list[str]
     roots: list[Path]
     skipped: dict[str, int]
     left_out: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def photos(self) -> list[Path]:
+        """The photos as ``Path`` objects (a million of them cost seconds: a submission uses ``paths``)."""
+        return [Path(p) for p in self.paths]
 
 
 def photo_roots(paths: Iterable[str | Path]) -> list[Path]:
@@ -143,7 +148,7 @@ def scan_photos(paths: Iterable[str | Path], *, any_file: bool = False) -> Scan:
     """
     paths = list(paths)
     roots = photo_roots(paths)
-    photos: list[Path] = []
+    photos: list[str] = []  # path text: a Path object per file costs more than the walk itself
     skipped: dict[str, int] = {}
     left_out: list[dict[str, str]] = []
 
@@ -159,7 +164,7 @@ def scan_photos(paths: Iterable[str | Path], *, any_file: bool = False) -> Scan:
                 f"{os.fsencode(p)!r}: the name is not UTF-8; photojobs keeps names as text (rename it)"
             )
         if not p.is_dir():
-            photos.append(p)
+            photos.append(str(p))
             continue
         for dirpath, dirnames, filenames in os.walk(p):
             hidden = sorted(d for d in dirnames if d.startswith("."))
@@ -171,20 +176,21 @@ def scan_photos(paths: Iterable[str | Path], *, any_file: bool = False) -> Scan:
             dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not not_utf8(d))
             folded = {n.casefold() for n in filenames}
             for name in sorted(filenames):
-                f = Path(dirpath) / name
                 if not_utf8(name):
-                    skip(SKIP_NOT_UTF8, f)
+                    skip(SKIP_NOT_UTF8, Path(dirpath) / name)
                 elif is_staged_name(name):
-                    skip(SKIP_TEMP, f)
+                    skip(SKIP_TEMP, Path(dirpath) / name)
                 elif name.startswith("."):
-                    skip(SKIP_HIDDEN, f)
-                elif any_file or f.suffix.lower() in PHOTO_SUFFIXES:
-                    photos.append(f)
-                elif is_sidecar(f):
+                    skip(SKIP_HIDDEN, Path(dirpath) / name)
+                elif any_file or os.path.splitext(name)[1].lower() in PHOTO_SUFFIXES:
+                    photos.append(os.path.join(dirpath, name))
+                elif is_sidecar(f := Path(dirpath) / name):
                     skip(_sidecar_reason(owner_of(f, folded)), f)
                 else:
-                    skip(SKIP_NOT_PHOTO, f)
-    unique = sorted(set(photos))
+                    skip(SKIP_NOT_PHOTO, Path(dirpath) / name)
+    # Path order (component by component, as sorting Path objects) without the objects: no name holds
+    # a NUL, which sorts before every other character, so it stands for the separator.
+    unique = sorted(set(photos), key=_path_order)
     named = sorted({(e["path"], e["reason"]) for e in left_out})
     return Scan(unique, roots, dict(sorted(skipped.items())), [{"path": p, "reason": r} for p, r in named])
 
@@ -192,6 +198,10 @@ def scan_photos(paths: Iterable[str | Path], *, any_file: bool = False) -> Scan:
 def _as_text(path: Path) -> str:
     """``path`` as text: its bytes that are not UTF-8 written as ``\\xNN`` escapes."""
     return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _path_order(path: str) -> str:
+    return path.replace("/", "\0")
 
 
 def skipped_text(skipped: Mapping[str, int]) -> str:
@@ -288,9 +298,9 @@ class Client:
         if allowed_roots is not None:
             paths_list = confine(paths_list, [Path(r) for r in allowed_roots])
         scan = scan_photos(paths_list, any_file=names == ["noop"])
-        photos, roots = scan.photos, scan.roots
+        roots = scan.roots
         if allowed_roots is not None:
-            check_found(photos, [Path(r) for r in allowed_roots])
+            check_found(scan.photos, [Path(r) for r in allowed_roots])
         given_keys = set(clean)
         if roots:
             base = roots[0]
@@ -310,7 +320,7 @@ class Client:
         confined = allowed_roots is not None or bool(dest_roots) or bool(out_roots)
         if confined:
             _confine_destinations(clean, given_keys, dest_roots, [*out_roots, *_local_targets(named)])
-        inputs = [_photo_input(p) for p in photos]
+        inputs = [_photo_input(p) for p in scan.paths]
         # "The same job" is the same command: the paths as given (resolved), lanes and params; not the
         # files found, since a rename or archive moves them out of the way.
         given = [str(Path(p).expanduser().resolve()) for p in paths_list]
@@ -619,10 +629,10 @@ def _confine_destinations(
             clean[key] = confine_destination(key, value, photo_roots, output_roots, default=key not in given)
 
 
-def _photo_input(p: Path) -> store_jobs.PhotoInput:
+def _photo_input(path: str) -> store_jobs.PhotoInput:
     """The photo with its size and modification time at submission (rename's fallback time)."""
     try:
-        st = p.stat()
+        st = os.stat(path)
     except OSError:
-        return store_jobs.PhotoInput(str(p))
-    return store_jobs.PhotoInput(str(p), st.st_size, st.st_mtime)
+        return store_jobs.PhotoInput(path)
+    return store_jobs.PhotoInput(path, st.st_size, st.st_mtime)
