@@ -1,8 +1,9 @@
 """History and undo through real workers (issue 31), on both stores: one scenario per store.
 
 A shift + rename job on 24 photos, one photo edited by hand afterwards; ``photojobs undo`` with a
-worker SIGKILLed in the middle of an undo effect; a second undo; the undo undone (a redo); and a raw
-with its XMP sidecar archived, then undone.
+worker SIGKILLed in the middle of an undo effect; a second undo; the undo undone (a redo); a raw
+with its XMP sidecar archived, then undone, uploaded to a folder and to S3 (moto), then undone
+without and with ``--uploads`` (a later job's upload of the same keys refusing the earlier undo).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import os
 from pathlib import Path
 
+import boto3
 from sqlalchemy import Engine
 
 from photojobs.api import Client
@@ -22,7 +24,16 @@ from photos.history import FOLDER as HISTORY
 from store.history import effects_of
 from store.status import job_status
 from tests.raw_support import make_raw, make_xmp_sidecar, preview_jpeg
-from tests.support import Fleet, item_states, items_of, job_done, photojobs, wait_for
+from tests.support import (
+    AWS_TEST_ENV,
+    Fleet,
+    MotoServer,
+    item_states,
+    items_of,
+    job_done,
+    photojobs,
+    wait_for,
+)
 
 from .test_file_effects import all_files, store_paths_match_disk, temp_files
 
@@ -124,12 +135,27 @@ def test_undo_of_a_shift_and_rename_puts_23_photos_back_and_refuses_the_one_edit
 def test_a_raw_and_its_sidecar_archived_or_uploaded_then_undone_come_back_together(
     engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
 ) -> None:
-    # Given a raw with its XMP sidecar, archived
+    moto = MotoServer(tmp_path)
+    try:
+        _raw_and_sidecar_archived_uploaded_and_undone(engine, env, fleet, tmp_path, moto.start())
+    finally:
+        moto.stop()
+
+
+def _raw_and_sidecar_archived_uploaded_and_undone(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path, endpoint: str
+) -> None:
+    # Given a raw with its XMP sidecar, archived (and an S3 target the operator named "backup")
     folder = tmp_path / "photos"
     folder.mkdir()
     raw = make_raw(folder / "IMG_0001.CR2", make="Canon", model="Canon EOS 5D", preview=preview_jpeg())
     make_xmp_sidecar(folder / "IMG_0001.xmp", keywords=("dog",), rating=2)
     before = tree(folder)
+    env = {**env, **AWS_TEST_ENV, "PHOTOJOBS_UPLOAD_TARGETS": f"backup=s3://photos/shots@{endpoint}"}
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                      aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+    s3.create_bucket(Bucket="photos")
+    fleet.env = env
     client = Client(Settings.from_env(env))
     fleet.start_sweeper()
     fleet.start_worker(["archive", "upload"], threads=2)
@@ -167,6 +193,39 @@ def test_a_raw_and_its_sidecar_archived_or_uploaded_then_undone_come_back_togeth
     assert tree(uploads) == {} and tree(folder) == before
     away = sorted(p.name for p in (folder / HISTORY).rglob("*") if p.is_file())
     assert [n.split(".removed-")[0] for n in away if ".removed-" in n] == sorted(copies.values())
+    # When the raw and its sidecar are uploaded to the S3 target (job A), then undone without --uploads
+    remote = {"upload.target_name": "backup"}
+    a = client.submit(["upload"], [folder], remote).job_id
+    assert wait_job(engine, a) == "succeeded"
+
+    def objects() -> dict[str, str]:
+        listed = s3.list_objects_v2(Bucket="photos").get("Contents", [])
+        return {o["Key"]: o["ETag"] for o in listed}
+
+    sent_objects = objects()
+    assert len(sent_objects) == 2
+    left = client.undo(a)
+    # Then the copies stay: nothing to undo without --uploads
+    assert left["job"] is None and "--uploads" in left["note"] and objects() == sent_objects
+    # and the raw's history lists the upload to the target's name + key with its content hash
+    up = [e for e in client.photo_history(str(raw))["history"] if e["job"] == a]
+    assert [(e["kind"], e["target"], e["sidecar"]) for e in up] == [("upload", "backup", False),
+                                                                  ("upload", "backup", True)]  # fmt: skip
+    assert up[0]["after_sha256"] == before["IMG_0001.CR2"] and up[0]["key"] in sent_objects
+    # When a later job B uploads them again (the same keys), A's undo with --uploads is refused
+    b = client.submit(["upload"], [folder], remote).job_id
+    assert wait_job(engine, b) == "succeeded"
+    refused = client.undo(a, uploads=True)["job"]
+    assert wait_job(engine, refused) == "failed"
+    (error,) = [i.error for i in items_of(engine, refused)]
+    assert f"changed since job {a} by job {b}'s upload" in error and f"photojobs undo {b} --uploads" in error
+    assert objects() == sent_objects
+    # When B is undone with --uploads (B found the copies there: they stay), then A with --uploads
+    assert wait_job(engine, client.undo(b, uploads=True)["job"]) == "succeeded"
+    assert objects() == sent_objects
+    assert wait_job(engine, client.undo(a, uploads=True)["job"]) == "succeeded"
+    # Then A's copies are deleted from the target, the originals untouched
+    assert objects() == {} and tree(folder) == before
     # and the command says the same in words, and refuses what it cannot undo with a clear error
     text = photojobs(env, "history", str(raw))
     assert (
