@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
 import boto3
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
 
 from photojobs.api import Client
 from photojobs.config import Settings
@@ -22,6 +24,7 @@ from photos.exiftool import ExifTool
 from photos.fileops import sha256_file
 from photos.history import FOLDER as HISTORY
 from store.history import effects_of
+from store.models import Event
 from store.status import job_status
 from tests.raw_support import make_raw, make_xmp_sidecar, preview_jpeg
 from tests.support import (
@@ -285,5 +288,58 @@ def test_an_undo_effect_killed_at_each_step_boundary_lands_exactly_once(
         undone = sorted((e.undone_by, e.lane) for e in effects_of(engine, job))
         assert undone == [(undo, "exif")] * 2 + [(undo, "rename")] * 2, f"undo.{lane}.{boundary}"
         assert len(effects_of(engine, undo)) == 4, f"undo.{lane}.{boundary}: one reversal per effect"
+    store_paths_match_disk(engine)
+    client.engine.dispose()
+
+
+def test_a_frozen_undo_worker_is_overtaken_and_every_photo_is_restored_exactly_once(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given two photos shifted and renamed by one job
+    folder = tmp_path / "photos"
+    generate_samples(folder, 2, seed=3, size=(96, 64))
+    originals = tree(folder)
+    client = Client(Settings.from_env(env))
+    fleet.start_sweeper()
+    helper = fleet.start_worker(["exif", "rename"], threads=2)
+    job = client.submit(["exif", "rename"], [folder], PARAMS).job_id
+    assert wait_job(engine, job) == "succeeded"
+    fleet.kill(helper)
+    # When its undo runs on a worker that freezes (SIGSTOP) with an undo move recorded, not applied
+    zombie = fleet.start_worker(
+        ["exif", "rename"], threads=1, env={"PHOTOJOBS_FAILPOINTS": "undo.rename.after_record:stop"}
+    )
+    undo = client.undo(job)["job"]
+    frozen = wait_for(
+        lambda: next((i for i in items_of(engine, undo) if i.lease_owner and i.state == "running"), None),
+        60,
+        what="the undo worker to take an item",
+    )
+    pid = int(frozen.lease_owner.split(":")[1])
+    wait_for(
+        lambda: Path(f"/proc/{pid}/stat").read_text().split()[2] == "T", 60, what="the undo worker to freeze"
+    )
+    # and its lease expires, another worker finishes the undo, then the frozen one resumes
+    fleet.start_worker(["exif", "rename"], threads=1)
+    assert wait_job(engine, undo) == "succeeded", [i.error for i in items_of(engine, undo)]
+    os.killpg(zombie.pid, signal.SIGCONT)
+
+    def zombie_refused() -> list[Event]:
+        with Session(engine) as s:
+            return list(
+                s.execute(
+                    select(Event).where(
+                        Event.type == "stale_commit_rejected", Event.worker == frozen.lease_owner
+                    )
+                ).scalars()
+            )
+
+    wait_for(zombie_refused, 60, what="the frozen worker's late commit to be rejected")
+    # Then every photo is back at its old path byte for byte, each effect undone exactly once
+    assert tree(folder) == originals and temp_files(folder) == []
+    undone = sorted((e.undone_by, e.lane) for e in effects_of(engine, job))
+    assert undone == [(undo, "exif")] * 2 + [(undo, "rename")] * 2
+    assert len(effects_of(engine, undo)) == 4, "one reversal per effect"
+    assert {i.state for i in items_of(engine, undo)} == {"succeeded"}
     store_paths_match_disk(engine)
     client.engine.dispose()
