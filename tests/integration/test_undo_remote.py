@@ -10,16 +10,22 @@ from typing import Any
 
 import boto3
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
+from actors.undo import undoable
 from actors.undo_remote import DELETING
+from actors.upload import upload_photo
+from middleware.context import ItemContext
 from photojobs.api import Client
 from photojobs.config import Settings
 from photojobs.testing.samples import generate_samples
 from photos.errors import PhotoError
 from photos.fileops import sha256_file
+from store import items as store_items
+from store.errors import StaleLease
 from store.history import effects_of
+from store.lanes import lane_spec
 from store.models import Item
 from tests.inline_lanes import run_item
 from tests.support import AWS_TEST_ENV, MotoServer
@@ -177,4 +183,32 @@ def test_a_retried_remote_undo_knows_the_copy_its_killed_attempt_deleted(
     (gone,) = _run(engine, client.undo(b, uploads=True)["job"])
     assert isinstance(gone, PhotoError) and f"changed since job {b} outside photojobs" in str(gone)
     assert "is gone" in str(gone)
+    client.engine.dispose()
+
+
+def test_an_undo_worker_that_lost_its_lease_deletes_no_remote_copy(
+    engine: Engine, endpoint: str, s3: Any, tmp_path: Path
+) -> None:
+    # Given a photo uploaded by job A and an undo item claimed by a worker that then loses its lease
+    # (frozen past it: the sweeper revoked it, another attempt holds a newer token)
+    folder = tmp_path / "photos"
+    generate_samples(folder, 1, seed=10, size=(64, 48))
+    client = _client(engine, endpoint, s3.bucket)
+    a = _upload(client, engine, folder)
+    (key,) = _keys(s3)
+    undo = client.undo(a, uploads=True)["job"]
+    with Session(engine) as s:
+        item = s.execute(select(Item).where(Item.job_id == undo)).scalar_one()
+        s.expunge(item)
+    spec = lane_spec("upload", env={})
+    lease = store_items.claim(engine, spec, item.id, item.fencing_token, "frozen-worker").lease
+    assert lease is not None
+    with Session(engine) as s, s.begin():
+        s.execute(update(Item).where(Item.id == item.id).values(fencing_token=Item.fencing_token + 1))
+    # When the frozen worker resumes and runs the undo
+    ctx = ItemContext(lease=lease, spec=spec, engine=engine, worker="frozen-worker")
+    with pytest.raises(StaleLease):
+        undoable(upload_photo)(ctx)
+    # Then its fenced record before the delete is refused: the copy is still there, nothing logged
+    assert _keys(s3) == [key] and effects_of(engine, undo) == []
     client.engine.dispose()
