@@ -234,6 +234,7 @@ def _raw_and_sidecar_archived_uploaded_and_undone(
     assert (
         text.returncode == 0 and f"undone by job {undo['job']}" in text.stdout and "(sidecar)" in text.stdout
     )
+    assert f"target backup  key {up[0]['key']}" in text.stdout and "upload removed" in text.stdout
     unknown = photojobs(env, "undo", "999999")
     assert unknown.returncode == 1 and "999999" in unknown.stderr
     bad_lane = photojobs(env, "undo", str(job), "--lane", "exif")
