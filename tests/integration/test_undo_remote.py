@@ -26,7 +26,7 @@ from store import items as store_items
 from store.errors import StaleLease
 from store.history import effects_of
 from store.lanes import lane_spec
-from store.models import Item
+from store.models import Item, Photo
 from tests.inline_lanes import run_item
 from tests.support import AWS_TEST_ENV, MotoServer
 
@@ -211,4 +211,34 @@ def test_an_undo_worker_that_lost_its_lease_deletes_no_remote_copy(
         undoable(upload_photo)(ctx)
     # Then its fenced record before the delete is refused: the copy is still there, nothing logged
     assert _keys(s3) == [key] and effects_of(engine, undo) == []
+    client.engine.dispose()
+
+
+def test_an_upload_whose_killed_attempt_created_the_object_logs_it_as_created(
+    engine: Engine, endpoint: str, s3: Any, tmp_path: Path
+) -> None:
+    # Given an upload item whose earlier attempt put the object (with its uploader metadata) and was
+    # killed before its finish, and another photo whose object someone else had put there
+    folder = tmp_path / "photos"
+    mine, theirs = generate_samples(folder, 2, seed=11, size=(64, 48))
+    client = _client(engine, endpoint, s3.bucket)
+    job = client.submit(["upload"], [folder], {"upload.target_name": "backup"}).job_id
+    with Session(engine) as s:
+        query = select(Item.id, Photo.path).join(Photo, Photo.id == Item.photo_id).where(Item.job_id == job)
+        rows = s.execute(query)
+        ids = {Path(path).name: item for item, path in rows}
+    for photo, meta in ((mine, {"photojobs-job": str(job), "photojobs-item": str(ids[mine.name])}),
+                        (theirs, {})):  # fmt: skip
+        sha = sha256_file(photo)
+        s3.put_object(Bucket=s3.bucket, Key=f"shots/{sha[:2]}/{sha}.jpg", Body=photo.read_bytes(),
+                      Metadata={**meta, "sha256": sha})  # fmt: skip
+    # When the items run (the retry of the first finds its own object there)
+    results = _run(engine, job)
+    # Then both report it already present, but only the item's own object is logged as created
+    assert [r["already_present"] for r in results if isinstance(r, dict)] == [True, True]
+    created = {Path(e.from_path or "").name: (e.remote or {}).get("created") for e in effects_of(engine, job)}
+    assert created == {mine.name: True, theirs.name: False}
+    # and an undo with --uploads deletes the first and leaves the other in place
+    assert all(isinstance(r, dict) for r in _run(engine, client.undo(job, uploads=True)["job"]))
+    assert _keys(s3) == [f"shots/{sha256_file(theirs)[:2]}/{sha256_file(theirs)}.jpg"]
     client.engine.dispose()
