@@ -163,7 +163,9 @@ def log_remote(s: Session, *, job_id: int, item_id: int, effects: Iterable[Remot
     logged exactly once, whoever's attempt succeeds. Idempotent per (item, location)."""
     for e in effects:
         if s.execute(
-            select(PhotoEffect.id).where(
+            select(PhotoEffect.id).where(  # through ix_photo_effects_job (job, lane)
+                PhotoEffect.job_id == job_id,
+                PhotoEffect.lane == "upload",
                 PhotoEffect.item_id == item_id,
                 PhotoEffect.to_path == e.location,
                 PhotoEffect.intent_id.is_(None),
