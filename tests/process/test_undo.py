@@ -161,7 +161,7 @@ def _raw_and_sidecar_archived_uploaded_and_undone(
     fleet.env = env
     client = Client(Settings.from_env(env))
     fleet.start_sweeper()
-    fleet.start_worker(["archive", "upload"], threads=2)
+    worker = fleet.start_worker(["archive", "upload"], threads=2)
     job = client.submit(["archive"], [folder], {}).job_id
     assert wait_job(engine, job) == "succeeded"
     archive = Path(f"{folder}-archive")
@@ -226,9 +226,20 @@ def _raw_and_sidecar_archived_uploaded_and_undone(
     # When B is undone with --uploads (B found the copies there: they stay), then A with --uploads
     assert wait_job(engine, client.undo(b, uploads=True)["job"]) == "succeeded"
     assert objects() == sent_objects
-    assert wait_job(engine, client.undo(a, uploads=True)["job"]) == "succeeded"
-    # Then A's copies are deleted from the target, the originals untouched
+    # (on a worker SIGKILLed after deleting them, before its finish: a healthy one takes over)
+    fleet.kill(worker)
+    doomed = fleet.start_worker(
+        ["upload"], threads=1, env={"PHOTOJOBS_FAILPOINTS": "undo.upload.after_apply"}
+    )
+    undo_a = client.undo(a, uploads=True)["job"]
+    wait_for(lambda: doomed.poll() is not None, 120, what="the undoing worker to be killed after its deletes")
+    assert objects() == {}
+    fleet.start_worker(["archive", "upload"], threads=2)
+    assert wait_job(engine, undo_a) == "succeeded"
+    # Then A's copies are deleted from the target, each removal logged once, the originals untouched
     assert objects() == {} and tree(folder) == before
+    removed_rows = [(e.kind, e.undoes) for e in effects_of(engine, undo_a)]
+    assert sorted(removed_rows) == sorted(("upload removed", e["effect"]) for e in up)
     # and the command says the same in words, and refuses what it cannot undo with a clear error
     text = photojobs(env, "history", str(raw))
     assert (
