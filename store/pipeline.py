@@ -11,7 +11,6 @@ from sqlalchemy.orm import Session
 from .clock import db_now
 from .engine import reader
 from .events import emit_many
-from .history import UNDO_JOB
 from .models import (
     ALL_STATES,
     CANCEL,
@@ -266,12 +265,11 @@ def _ready_events(s: Session, job_id: int, items: Sequence[Any], state: str) -> 
 
 
 def blocked_and_next(
-    lanes: Sequence[str], failed_lane: str, later: Sequence[Any], *, strict: bool = False
+    lanes: Sequence[str], failed_lane: str, later: Sequence[Any]
 ) -> tuple[list[Any], list[Any]]:
     """After a photo's item of ``failed_lane`` failed: which of its waiting ``later`` items are
     skipped (their lane needs the failed lane, or a lane skipped for it: :data:`NEEDS`) and which
-    one runs next (the first that is not skipped), per photo. ``strict`` (an undo job, whose lanes
-    reverse the undone job's in reverse order): every lane needs every lane before it."""
+    one runs next (the first that is not skipped), per photo."""
     skip: list[Any] = []
     ready: list[Any] = []
     by_photo: dict[Any, list[Any]] = {}
@@ -281,8 +279,7 @@ def blocked_and_next(
         blocked = {failed_lane}
         found_next = False
         for i in items:
-            earlier = lanes[: i.position]
-            if (set(earlier) if strict else needs(i.lane, earlier)) & blocked:
+            if needs(i.lane, lanes[: i.position]) & blocked:
                 skip.append(i)
                 blocked.add(i.lane)
             elif not found_next:
@@ -300,10 +297,9 @@ def skip_later(
     failed edit never stops the photo's upload and archive —, and the job's waiting bundle goes on
     (without the photos, where it needs the lane) once every lane before it ended. Their event
     rows, for the caller to insert."""
-    lanes, params = s.execute(select(Job.lanes, Job.params).where(Job.id == job_id)).one()
+    lanes = s.execute(select(Job.lanes).where(Job.id == job_id)).scalar_one()
     later = _successors(s, job_id, position, photo_ids)
-    # an undo job reverses a photo's effects newest first: a lane whose undo failed skips the rest
-    skip, ready = blocked_and_next(lanes, lanes[position], later, strict=UNDO_JOB in (params or {}))
+    skip, ready = blocked_and_next(lanes, lanes[position], later)
     ready = _runnable(s, job_id, position, ready)
     lock_items(s, [i.id for i in (*skip, *ready)])  # ascending id, whichever is skipped or made ready
     events = [

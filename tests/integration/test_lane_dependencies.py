@@ -118,7 +118,3 @@ def test_blocked_and_next_follows_the_needs_of_each_lane() -> None:
     assert ([r.lane for r in skip], [r.lane for r in ready]) == (["rename"], ["upload"])
     skip, ready = blocked_and_next(["noop", "upload"], "noop", [Row(1, "upload")])
     assert (skip, [r.lane for r in ready]) == ([], ["upload"])
-    # and in an undo job (strict: its lanes reverse the undone job's newest first) a failed undo of
-    # the rename skips the undo of the edit, which could only be refused after it
-    skip, ready = blocked_and_next(["rename", "exif"], "rename", [Row(1, "exif")], strict=True)
-    assert ([r.lane for r in skip], ready) == (["exif"], [])
