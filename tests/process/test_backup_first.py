@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from photojobs.api import Client
 from photojobs.config import Settings
 from photos.fileops import sha256_file
+from photos.history import FOLDER as HISTORY  # kept originals (issue 31), not photos
 from store.jobs import job_status
 from store.models import Photo
 from tests.raw_support import make_raw
@@ -78,7 +79,8 @@ def test_a_refused_edit_and_an_undecodable_raw_are_still_backed_up(
             key = f"backup/{sha[:2]}/{sha}{ext}"
             assert key in keys
             assert hashlib.sha256(s3.get_object(Bucket="photos", Key=key)["Body"].read()).hexdigest() == sha
-        archived = {p.name: p for p in archive.rglob("*") if p.is_file()}
+        kept = [p for p in archive.rglob("*") if p.is_file() and HISTORY not in p.relative_to(archive).parts]
+        archived = {p.name: p for p in kept}
         assert sha256_file(archived["IMG_2.jpg"]) == broken_sha
         [raw_name] = [n for n in archived if n.lower().endswith(".nef")]
         assert sha256_file(archived[raw_name]) == raw_sha and f"{raw_name}.xmp" in archived
@@ -89,7 +91,8 @@ def test_a_refused_edit_and_an_undecodable_raw_are_still_backed_up(
         assert f"{stem}.xmp" in archived and archived[f"{stem}.xmp"].parent == archived[jpeg_name].parent
         assert "Red" in archived[f"{stem}.xmp"].read_text()
         assert any(k.endswith(".xmp") and not k.endswith(".nef.xmp") for k in keys)
-        assert not good.exists() and not sidecar.exists() and list(folder.rglob("*")) == []
+        left = [p for p in folder.rglob("*") if HISTORY not in p.relative_to(folder).parts]
+        assert not good.exists() and not sidecar.exists() and left == []
         client.engine.dispose()
     finally:
         moto.stop()
