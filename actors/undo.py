@@ -11,7 +11,11 @@ and its sidecars are recorded together and move back together):
 - a rename, archive or undo move (``move``) moves back to its old path, never clobbering;
 - a new file (``publish``: a local upload's copy with ``--uploads``, a sidecar an edit created) is
   moved into the history store (kept until retention, so a redo can put it back); the photo
-  itself is never removed.
+  itself is never removed;
+- an upload to an S3 target (``remote``) with ``--uploads``: the remote copy is deleted if it is
+  still the object the job uploaded (``actors.undo_remote``);
+- an archive bundle is never undone: it is a copy (the originals never moved), a backup an undo
+  does not delete; the planner leaves it out and says so, and a bundle item is refused.
 
 A photo changed since the undone job is refused, untouched: the item fails "changed since …" naming
 the later job (which must be undone first) or "outside photojobs" (its content or path is not what
@@ -32,10 +36,11 @@ from photos.containment import resolve_inside
 from photos.errors import PhotoError
 from photos.recovery import content_of, link_staged
 from store import history as log
-from store.history import UNDO_JOB, UNDO_UPLOADS, Effect
+from store.history import BUNDLE_STAYS, UNDO_JOB, UNDO_UPLOADS, Effect
 
 from .common import check_photo, readable_roots
 from .effects import FileEffects
+from .undo_remote import undo_remote
 
 CHANGED = "changed since job {job}"
 
@@ -59,8 +64,8 @@ def undo_item(ctx: ItemContext) -> dict[str, Any]:
     effects.lane = f"undo.{lane}"  # failpoints: undo.<lane>.after_record, .after_apply, .after_mark
     effects.recover()  # an earlier attempt's undo intents: finished or discarded, from the disk
     photo = ctx.lease.photo_id
-    if photo is None:
-        return {"undone": 0, "note": "a bundle is not undone (the originals were never moved)"}
+    if photo is None:  # an undo job never plans one (store.history.plan_undo): refused, not skipped
+        raise PhotoError(None, BUNDLE_STAYS)
     if lane == "upload" and not ctx.params.get(UNDO_UPLOADS):
         return {"undone": 0, "note": "uploads are left in place (undo --uploads removes the copies)"}
     rows = log.effects_of(ctx.engine, job, lane=lane, photo_id=photo)
@@ -69,6 +74,9 @@ def undo_item(ctx: ItemContext) -> dict[str, Any]:
         by = sorted({r.undone_by for r in rows if r.undone_by is not None})
         note = f"already undone by job {', '.join(map(str, by))}" if by else f"job {job} changed nothing here"
         return {"undone": 0, "note": note}
+    remote = [r for r in todo if r.effect == "remote"]
+    if remote:  # an upload to an S3 target: deleted only if still the job's object (actors.undo_remote)
+        return undo_remote(ctx, job, remote)
     _refuse_if_changed(ctx, job, todo)
     unit = sorted(todo, key=lambda r: (r.sidecar, -r.id))  # the photo's effect first, then its sidecars
     done = _reverse(ctx, effects, unit)

@@ -18,7 +18,8 @@ from photos import fileops
 from photos.containment import Pinned, pin_inside
 from photos.errors import PhotoError
 from photos.sidecar import companion_target, companions
-from photos.upload import LocalTarget, S3Target, UploadTarget, object_key, parse_target
+from photos.upload import LocalTarget, S3Target, UploadResult, UploadTarget, object_key, parse_target
+from store.history import RemoteEffect, log_remote
 
 from .common import destination_root, facts_for, fallback_time, params, photo_path, readable_roots
 from .effects import FileEffects, result_of
@@ -60,13 +61,18 @@ def _upload(
     failpoints.hit("upload.after_check")
     if isinstance(target, S3Target):
         ctx.check()
+        mine = uploader_metadata(ctx)
         result = target.upload(
-            pinned.name, key, sha, checkpoint=ctx.saved_checkpoint, save_checkpoint=ctx.checkpoint
-        )
+            pinned.name, key, sha, checkpoint=ctx.saved_checkpoint, save_checkpoint=ctx.checkpoint,
+            metadata=mine,
+        )  # fmt: skip
+        sent = [(path, result, False)]
         extra = {}
         if sidecars:
             failpoints.hit("upload.between_unit_moves")
-            extra["sidecars"] = [target.upload(c, c_key, c_sha).location for c, c_key, c_sha in sidecars]
+            sent += [(c, target.upload(c, c_key, c_sha, metadata=mine), True) for c, c_key, c_sha in sidecars]
+            extra["sidecars"] = [r.location for _, r, _ in sent[1:]]
+        log_uploads(ctx, target, opts, sent)
         return {
             "location": result.location,
             "key": result.key,
@@ -112,6 +118,38 @@ def _upload(
         return {"location": str(dest), "key": key, "sha256": sha, "already_present": True, **side}
     where = str(Path(applied.target))
     return result_of(applied, location=where, key=key, sha256=sha, already_present=False, **side)
+
+
+def uploader_metadata(ctx: ItemContext) -> dict[str, str]:
+    """The user metadata a new S3 object carries: which job and item uploaded it (an undo deletes
+    only an object that still says so; a retry knows the object its killed attempt created)."""
+    return {"photojobs-job": str(ctx.lease.job_id), "photojobs-item": str(ctx.item_id)}
+
+
+def log_uploads(
+    ctx: ItemContext, target: S3Target, opts: dict[str, Any], sent: list[tuple[Path, UploadResult, bool]]
+) -> None:
+    """The effect rows of the item's remote objects, written when the item is marked succeeded
+    (``store.history.log_remote`` in its fenced finish): a photo's history lists the upload and
+    ``photojobs undo --uploads`` can delete it. ``created`` is False for an object another job
+    (or someone else) had put there: undoing this job leaves that object in place."""
+    mine = uploader_metadata(ctx)
+    name = opts.get("target_name") or parse_target(opts["target"], opts.get("endpoint")).describe()
+    rows = []
+    for local, result, sidecar in sent:
+        full = target.full_key(result.key)
+        found = target.stat(full)
+        if found is None:
+            raise RuntimeError(f"{result.location} vanished right after its upload; retry")
+        ours = all(found.metadata.get(k) == v for k, v in mine.items())
+        rows.append(RemoteEffect(
+            photo_id=ctx.lease.photo_id, kind="upload", from_path=str(local), location=result.location,
+            sha256=result.sha256, sidecar=sidecar,
+            remote={"target": name, "bucket": target.bucket, "key": full, "etag": found.etag,
+                    "size": found.size, "created": (not result.already_present) or ours},
+        ))  # fmt: skip
+    job, item = ctx.lease.job_id, ctx.item_id
+    ctx.at_finish.append(lambda s: log_remote(s, job_id=job, item_id=item, effects=rows))
 
 
 def sidecar_key(sidecar: Path, photo: Path, key: str) -> str:

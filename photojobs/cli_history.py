@@ -33,6 +33,8 @@ def _entry_line(e: dict[str, Any]) -> str:
     where = e["to_path"] if e["from_path"] in (None, e["to_path"]) else f"{e['from_path']} -> {e['to_path']}"
     line = f"{when}  job {e['job']:<6} {e['lane']:8} {what:15} {where}"
     line += f"\n      sha256 {e['before_sha256'] or '-'} -> {e['after_sha256'] or '-'}"
+    if e.get("target") is not None:  # a remote upload: the operator's target, the key, the ETag
+        line += f"\n      target {e['target']}  key {e['key']}  etag {e['etag']}"
     for tag, (before, after) in sorted((e.get("changes") or {}).items()):
         line += f"\n      {tag}: {before!r} -> {after!r}"
     if e["undone_by"] is not None:
@@ -81,6 +83,8 @@ def undo(job: int, lane: str | None, uploads: bool, as_json: bool) -> None:
         echo(out["note"])
     else:
         echo(f"undo job {out['job']}: {out['items']} item(s)")
+        if out.get("note"):
+            echo(out["note"])
 
 
 def register(cli: click.Group) -> None:

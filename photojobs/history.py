@@ -61,7 +61,7 @@ def submit_undo(client: Client, job_id: int, *, lane: str | None, uploads: bool)
         roots=plan.roots,
     )
     ring_sweepers(client.settings.redis_url)
-    return {"job": submitted.job_id, "items": submitted.items}
+    return {"job": submitted.job_id, "items": submitted.items, **({"note": plan.note} if plan.note else {})}
 
 
 def keep_seconds(client: Client, keep: float | str | None = None) -> float:

@@ -64,6 +64,15 @@ class UploadResult:
     already_present: bool
 
 
+@dataclass(frozen=True)
+class RemoteObject:
+    """A stored object's identity as ``HeadObject`` reports it (metadata keys lower-cased)."""
+
+    etag: str
+    size: int
+    metadata: dict[str, str]
+
+
 # --------------------------------------------------------------------------------------------- helpers
 
 
@@ -455,6 +464,7 @@ class S3Target:
         save_checkpoint: Callable[[dict[str, Any]], None] | None = None,
         multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
         part_size: int = DEFAULT_PART_SIZE,
+        metadata: Mapping[str, str] | None = None,
     ) -> UploadResult:
         """Upload ``src`` as ``key`` unless the object exists; verify what is stored.
 
@@ -466,7 +476,8 @@ class S3Target:
         hash to the recorded sha256 are skipped. If the object exists with the same sha256 the
         result is ``already_present``; with different content a :class:`PhotoError` (conflict).
         Unreachable endpoints, missing buckets, missing credentials and refused access raise
-        :class:`PhotoError`; other S3 errors propagate (transient, retry).
+        :class:`PhotoError`; other S3 errors propagate (transient, retry). ``metadata``: further
+        user metadata written with a new object (who uploaded it: ``photojobs-job``/``-item``).
         """
         src, sha256 = Path(src), _check_sha(sha256)
         if part_size < MIN_PART_SIZE:
@@ -476,13 +487,14 @@ class S3Target:
         full = self.full_key(key)
         size = _check_source(src)
         _check_content(src, sha256)
+        meta = {**dict(metadata or {}), "sha256": sha256}
         with self._errors(src, full):
             if size < multipart_threshold:
-                created = self._put(src, full, sha256, size)
+                created = self._put(src, full, meta, size)
             else:
                 save = save_checkpoint or (lambda state: None)
                 part_size = max(part_size, math.ceil(size / MAX_PARTS))
-                created = self._multipart(src, full, sha256, size, dict(checkpoint or {}), save, part_size)
+                created = self._multipart(src, full, meta, size, dict(checkpoint or {}), save, part_size)
             if created:
                 self._verify_created(src, full, sha256)
             else:
@@ -512,15 +524,16 @@ class S3Target:
                 raise PhotoError(src, f"S3 at {self.endpoint} refused access to {where}: {code}") from None
             raise
 
-    def _put(self, src: Path, full: str, sha256: str, size: int) -> bool:
+    def _put(self, src: Path, full: str, meta: dict[str, str], size: int) -> bool:
         """Look, then conditional single put; True if we created the object, False if it existed."""
+        sha256 = meta["sha256"]
         if self._head(full) is not None:
             return False
         with open(src, "rb") as body:
             try:
                 self.client.put_object(
                     Bucket=self.bucket, Key=full, Body=body, ContentLength=size, IfNoneMatch="*",
-                    ChecksumSHA256=_b64(sha256), Metadata={"sha256": sha256},
+                    ChecksumSHA256=_b64(sha256), Metadata=meta,
                     ContentType=mimetypes.guess_type(full)[0] or "application/octet-stream",
                 )
             except ClientError as exc:
@@ -568,6 +581,34 @@ class S3Target:
                 src, f"verification failed: s3://{self.bucket}/{full} hashed to {actual} after upload, "
                 f"expected {sha256}; the object was removed"
             )
+
+    # ----------------------------------------------------------------------------------------- undo
+
+    def stat(self, full: str) -> RemoteObject | None:
+        """What is stored under the full key now (one ``HeadObject``), or None when nothing is."""
+        with self._errors(Path(full), full):
+            head = self._head(full)
+        if head is None:
+            return None
+        return RemoteObject(
+            etag=_etag(str(head.get("ETag", ""))),
+            size=int(head.get("ContentLength", -1)),
+            metadata={str(k).lower(): str(v) for k, v in (head.get("Metadata") or {}).items()},
+        )
+
+    def delete_if(self, full: str, etag: str) -> bool:
+        """Delete the object under the full key only while its ETag is ``etag`` (``If-Match``, where
+        the service honours it: AWS S3, moto); True when it is gone now, False when another object
+        is there (412: it changed since). A missing object is gone already (a delete is idempotent)."""
+        with self._errors(Path(full), full):
+            try:
+                self.client.delete_object(Bucket=self.bucket, Key=full, IfMatch=f'"{etag}"')
+            except ClientError as exc:
+                if _is_precondition_failed(exc):
+                    return False
+                if not _is_not_found(exc):
+                    raise
+            return self._head(full) is None
 
     # ------------------------------------------------------------------------------------- multipart
 
@@ -626,10 +667,11 @@ class S3Target:
                 "part_size": part_size, "parts": parts}
 
     def _multipart(
-        self, src: Path, full: str, sha256: str, size: int, checkpoint: dict[str, Any],
+        self, src: Path, full: str, meta: dict[str, str], size: int, checkpoint: dict[str, Any],
         save: Callable[[dict[str, Any]], None], part_size: int,
     ) -> bool:
         """Resumable multipart upload; True if we created the object, False if it already existed."""
+        sha256 = meta["sha256"]
         if self._head(full) is not None:
             if checkpoint.get("key") == full:
                 self._abort_quietly(full, checkpoint.get("upload_id"))
@@ -637,7 +679,7 @@ class S3Target:
         state = self._resume(checkpoint, full, sha256, part_size)
         if state is None:
             created = self.client.create_multipart_upload(
-                Bucket=self.bucket, Key=full, Metadata={"sha256": sha256}, ChecksumAlgorithm="SHA256",
+                Bucket=self.bucket, Key=full, Metadata=meta, ChecksumAlgorithm="SHA256",
                 ContentType=mimetypes.guess_type(full)[0] or "application/octet-stream",
             )
             state = self._state(full, created["UploadId"], sha256, part_size, [])

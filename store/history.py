@@ -8,6 +8,10 @@ a metadata edit changes, where the displaced original is kept, which effect an u
 from the intent's ``detail``. A row an undo reversed gets ``undone_by`` (the undo job) in that same
 transaction; undoing the undo clears it again (the original effect is back: a redo).
 
+A remote upload (S3) is no intent: :func:`log_remote` writes its row (``effect`` ``remote``, the
+object's identity in ``remote``) in the fenced transaction that marks the upload item succeeded
+(``ItemContext.at_finish``), and the row of an undo that deleted the remote copy in the undo item's.
+
 Lock order: this table comes last (after photo_locks); rows are updated by id only.
 """
 
@@ -31,6 +35,11 @@ KIND_BY_LANE = {"exif": "metadata edit", "rename": "rename", "archive": "archive
 UNDO_JOB = "undo.job"
 UNDO_UPLOADS = "undo.uploads"
 UNDO_LANES = "undo.lanes"
+# Why an archive bundle is not undone (the planner's note, and the refusal of a bundle item).
+BUNDLE_STAYS = (
+    "an archive bundle is a copy and is not undone: the originals never moved, and an undo never "
+    "deletes a backup (remove the bundle by hand if it is not wanted)"
+)
 # The lanes an undo may reverse: those that change files (analysis changes none).
 UNDOABLE = ("exif", "rename", "archive", "upload")
 
@@ -41,7 +50,7 @@ class Effect:
     photo_id: int | None
     job_id: int
     item_id: int
-    intent_id: int
+    intent_id: int | None
     lane: str
     kind: str
     effect: str
@@ -55,6 +64,7 @@ class Effect:
     undoes: int | None
     undone_by: int | None
     at: float
+    remote: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +81,11 @@ class Effect:
             **({"changes": self.changes} if self.changes is not None else {}),
             **({"undoes": self.undoes} if self.undoes is not None else {}),
             "original_kept": self.kept is not None if self.effect == "replace" else None,
+            **(
+                {"target": self.remote.get("target"), "key": self.remote.get("key"),
+                 "etag": self.remote.get("etag"), "created": self.remote.get("created")}
+                if self.remote is not None else {}
+            ),  # fmt: skip
             "undone_by": self.undone_by,
         }
 
@@ -79,7 +94,7 @@ def _effect(r: PhotoEffect) -> Effect:
     return Effect(
         r.id, r.photo_id, r.job_id, r.item_id, r.intent_id, r.lane, r.kind, r.effect, bool(r.sidecar),
         r.from_path, r.to_path, r.before_sha256, r.after_sha256, r.changes, r.kept, r.undoes,
-        r.undone_by, r.at,
+        r.undone_by, r.at, r.remote,
     )  # fmt: skip
 
 
@@ -116,11 +131,58 @@ def log_applied(
         )
     )
     if undoes is not None:
-        s.execute(update(PhotoEffect).where(PhotoEffect.id == undoes).values(undone_by=job_id))
-        # Undoing an undo is a redo: the effect the undone one had reversed is in effect again.
-        again = s.execute(select(PhotoEffect.undoes).where(PhotoEffect.id == undoes)).scalar_one_or_none()
-        if again is not None:
-            s.execute(update(PhotoEffect).where(PhotoEffect.id == again).values(undone_by=None))
+        _link_undo(s, undoes, job_id)
+
+
+def _link_undo(s: Session, undoes: int, job_id: int) -> None:
+    """The effect ``undoes`` was reversed by ``job_id``; an undo of an undo is a redo."""
+    s.execute(update(PhotoEffect).where(PhotoEffect.id == undoes).values(undone_by=job_id))
+    # Undoing an undo is a redo: the effect the undone one had reversed is in effect again.
+    again = s.execute(select(PhotoEffect.undoes).where(PhotoEffect.id == undoes)).scalar_one_or_none()
+    if again is not None:
+        s.execute(update(PhotoEffect).where(PhotoEffect.id == again).values(undone_by=None))
+
+
+@dataclass(frozen=True)
+class RemoteEffect:
+    """One remote object an item uploaded (``undoes`` None) or deleted in an undo."""
+
+    photo_id: int | None
+    kind: str  # "upload", "upload removed", "upload left in place"
+    from_path: str | None  # the local file uploaded
+    location: str  # s3://bucket/key
+    sha256: str | None
+    remote: dict[str, Any]  # target, bucket, key, etag, size, created
+    sidecar: bool = False
+    undoes: int | None = None
+
+
+def log_remote(s: Session, *, job_id: int, item_id: int, effects: Iterable[RemoteEffect]) -> None:
+    """Write the effect rows of an item's remote objects (an S3 upload, or an undo's deletion of
+    one), in the caller's transaction: the fenced one that marks the item succeeded, so they are
+    logged exactly once, whoever's attempt succeeds. Idempotent per (item, location)."""
+    for e in effects:
+        if s.execute(
+            select(PhotoEffect.id).where(  # through ix_photo_effects_job (job, lane)
+                PhotoEffect.job_id == job_id,
+                PhotoEffect.lane == "upload",
+                PhotoEffect.item_id == item_id,
+                PhotoEffect.to_path == e.location,
+                PhotoEffect.intent_id.is_(None),
+            )
+        ).first():
+            continue
+        s.execute(
+            insert(PhotoEffect).values(
+                photo_id=e.photo_id, job_id=job_id, item_id=item_id, intent_id=None, lane="upload",
+                kind=e.kind, effect="remote", sidecar=e.sidecar, from_path=e.from_path,
+                to_path=e.location, before_sha256=None if e.undoes is None else e.sha256,
+                after_sha256=e.sha256 if e.undoes is None else None, changes=None, kept=None,
+                undoes=e.undoes, undone_by=None, at=db_now(), remote=dict(e.remote),
+            )
+        )  # fmt: skip
+        if e.undoes is not None:
+            _link_undo(s, e.undoes, job_id)
 
 
 # -- reading --------------------------------------------------------------------------------------
@@ -177,6 +239,18 @@ def later_effects(engine: Engine, photo_id: int, after: int) -> list[Effect]:
         return [_effect(r) for r in rows]
 
 
+def later_at(engine: Engine, location: str, after: int) -> list[Effect]:
+    """Effects on the same remote object (``to_path``) logged after effect ``after``, not undone:
+    a later job that uploaded the same key, whatever photo it came from (oldest first)."""
+    with Session(reader(engine)) as s:
+        rows = s.execute(
+            select(PhotoEffect)
+            .where(PhotoEffect.id > after, PhotoEffect.to_path == location, PhotoEffect.undone_by.is_(None))
+            .order_by(PhotoEffect.id)
+        ).scalars()
+        return [_effect(r) for r in rows]
+
+
 def effect_by_id(engine: Engine, effect_id: int) -> Effect | None:
     with Session(reader(engine)) as s:
         r = s.get(PhotoEffect, effect_id)
@@ -191,7 +265,7 @@ class UndoPlan:
     paths: list[str]  # the photos' current paths
     params: dict[str, Any]
     roots: list[str]
-    note: str | None = None  # why there is nothing to undo
+    note: str | None = None  # why there is nothing to undo, or what an undo leaves (a bundle)
 
 
 class NothingToUndo(Exception):  # noqa: N818 - an answer, not a failure
@@ -227,12 +301,23 @@ def plan_undo(engine: Engine, job_id: int, *, lane: str | None = None, uploads: 
             else []
         )
         params = {k: v for k, v in (job.params or {}).items() if not k.startswith("undo.")}
+        bundles = list(
+            s.execute(
+                select(PhotoEffect.to_path).where(
+                    PhotoEffect.job_id == job_id,
+                    PhotoEffect.lane == "archive",
+                    PhotoEffect.photo_id.is_(None),
+                )
+            ).scalars()
+        ) if "archive" in wanted else []  # fmt: skip
         note = None
         if not rows:
             total = (
                 s.execute(
                     select(PhotoEffect.undone_by).where(
-                        PhotoEffect.job_id == job_id, PhotoEffect.lane.in_(wanted)
+                        PhotoEffect.job_id == job_id,
+                        PhotoEffect.lane.in_(wanted),
+                        PhotoEffect.photo_id.is_not(None),
                     )
                 )
                 .scalars()
@@ -249,6 +334,9 @@ def plan_undo(engine: Engine, job_id: int, *, lane: str | None = None, uploads: 
                     else " (uploads are left in place without --uploads)"
                 )
             )
+        if bundles:
+            left = f"{', '.join(bundles)} stays: {BUNDLE_STAYS}"
+            note = f"{note}; {left}" if note else left
     lanes = [n for n in reversed(job_lanes) if n in lanes_live]
     params.update({UNDO_JOB: job_id, UNDO_UPLOADS: bool(uploads), UNDO_LANES: lanes})
     return UndoPlan(job_id, lanes, paths, params, list(job.roots or []), note)

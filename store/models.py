@@ -217,7 +217,8 @@ class PhotoEffect(Base):
     photo_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     job_id: Mapped[int] = mapped_column(Integer)
     item_id: Mapped[int] = mapped_column(Integer)
-    intent_id: Mapped[int] = mapped_column(Integer, unique=True)
+    # None for a remote effect (revision 0014): an S3 upload or its removal is no intent
+    intent_id: Mapped[int | None] = mapped_column(Integer, unique=True, nullable=True)
     lane: Mapped[str] = mapped_column(String(32))
     kind: Mapped[str] = mapped_column(String(32))  # metadata edit, rename, move, archive, upload, ...
     effect: Mapped[str] = mapped_column(String(16))  # the intent's kind: replace, move, publish
@@ -231,6 +232,8 @@ class PhotoEffect(Base):
     undoes: Mapped[int | None] = mapped_column(Integer, nullable=True)
     undone_by: Mapped[int | None] = mapped_column(Integer, nullable=True)
     at: Mapped[float] = mapped_column(Float)
+    # A remote object's identity (revision 0014): target, bucket, key, etag, size, created
+    remote: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
     __table_args__ = (
         Index("ix_photo_effects_photo", "photo_id", "id"),

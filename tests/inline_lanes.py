@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from actors.undo import undoable
 from middleware.context import ItemContext
 from store import items as store_items
 from store.fencing import fenced
@@ -34,7 +35,7 @@ def run_item(engine: Engine, item: Item) -> dict[str, Any]:
     outcome = store_items.claim(engine, spec, item.id, item.fencing_token, "test-worker")
     assert outcome.lease is not None, outcome
     ctx = ItemContext(lease=outcome.lease, spec=spec, engine=engine, worker="test-worker")
-    result = lane_code(item.lane)(ctx)
+    result = undoable(lane_code(item.lane))(ctx)  # an undo job's item reverses instead (actors.undo)
     with fenced(engine, item.id, outcome.lease.token, worker="test-worker") as s:
         succeed(s, outcome.lease, result, "test-worker", ctx.at_finish)
     return result

@@ -1,17 +1,21 @@
 """History and undo through real workers (issue 31), on both stores: one scenario per store.
 
 A shift + rename job on 24 photos, one photo edited by hand afterwards; ``photojobs undo`` with a
-worker SIGKILLed in the middle of an undo effect; a second undo; the undo undone (a redo); and a raw
-with its XMP sidecar archived, then undone.
+worker SIGKILLed in the middle of an undo effect; a second undo; the undo undone (a redo); a raw
+with its XMP sidecar archived, then undone, uploaded to a folder and to S3 (moto), then undone
+without and with ``--uploads`` (a later job's upload of the same keys refusing the earlier undo).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
-from sqlalchemy import Engine
+import boto3
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
 
 from photojobs.api import Client
 from photojobs.config import Settings
@@ -20,9 +24,19 @@ from photos.exiftool import ExifTool
 from photos.fileops import sha256_file
 from photos.history import FOLDER as HISTORY
 from store.history import effects_of
+from store.models import Event
 from store.status import job_status
 from tests.raw_support import make_raw, make_xmp_sidecar, preview_jpeg
-from tests.support import Fleet, item_states, items_of, job_done, photojobs, wait_for
+from tests.support import (
+    AWS_TEST_ENV,
+    Fleet,
+    MotoServer,
+    item_states,
+    items_of,
+    job_done,
+    photojobs,
+    wait_for,
+)
 
 from .test_file_effects import all_files, store_paths_match_disk, temp_files
 
@@ -128,15 +142,30 @@ def test_undo_of_a_shift_and_rename_puts_23_photos_back_and_refuses_the_one_edit
 def test_a_raw_and_its_sidecar_archived_or_uploaded_then_undone_come_back_together(
     engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
 ) -> None:
-    # Given a raw with its XMP sidecar, archived
+    moto = MotoServer(tmp_path)
+    try:
+        _raw_and_sidecar_archived_uploaded_and_undone(engine, env, fleet, tmp_path, moto.start())
+    finally:
+        moto.stop()
+
+
+def _raw_and_sidecar_archived_uploaded_and_undone(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path, endpoint: str
+) -> None:
+    # Given a raw with its XMP sidecar, archived (and an S3 target the operator named "backup")
     folder = tmp_path / "photos"
     folder.mkdir()
     raw = make_raw(folder / "IMG_0001.CR2", make="Canon", model="Canon EOS 5D", preview=preview_jpeg())
     make_xmp_sidecar(folder / "IMG_0001.xmp", keywords=("dog",), rating=2)
     before = tree(folder)
+    env = {**env, **AWS_TEST_ENV, "PHOTOJOBS_UPLOAD_TARGETS": f"backup=s3://photos/shots@{endpoint}"}
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                      aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+    s3.create_bucket(Bucket="photos")
+    fleet.env = env
     client = Client(Settings.from_env(env))
     fleet.start_sweeper()
-    fleet.start_worker(["archive", "upload"], threads=2)
+    worker = fleet.start_worker(["archive", "upload"], threads=2)
     job = client.submit(["archive"], [folder], {}).job_id
     assert wait_job(engine, job) == "succeeded"
     archive = Path(f"{folder}-archive")
@@ -171,11 +200,56 @@ def test_a_raw_and_its_sidecar_archived_or_uploaded_then_undone_come_back_togeth
     assert tree(uploads) == {} and tree(folder) == before
     away = sorted(p.name for p in (folder / HISTORY).rglob("*") if p.is_file())
     assert [n.split(".removed-")[0] for n in away if ".removed-" in n] == sorted(copies.values())
+    # When the raw and its sidecar are uploaded to the S3 target (job A), then undone without --uploads
+    remote = {"upload.target_name": "backup"}
+    a = client.submit(["upload"], [folder], remote).job_id
+    assert wait_job(engine, a) == "succeeded"
+
+    def objects() -> dict[str, str]:
+        listed = s3.list_objects_v2(Bucket="photos").get("Contents", [])
+        return {o["Key"]: o["ETag"] for o in listed}
+
+    sent_objects = objects()
+    assert len(sent_objects) == 2
+    left = client.undo(a)
+    # Then the copies stay: nothing to undo without --uploads
+    assert left["job"] is None and "--uploads" in left["note"] and objects() == sent_objects
+    # and the raw's history lists the upload to the target's name + key with its content hash
+    up = [e for e in client.photo_history(str(raw))["history"] if e["job"] == a]
+    assert [(e["kind"], e["target"], e["sidecar"]) for e in up] == [("upload", "backup", False),
+                                                                  ("upload", "backup", True)]  # fmt: skip
+    assert up[0]["after_sha256"] == before["IMG_0001.CR2"] and up[0]["key"] in sent_objects
+    # When a later job B uploads them again (the same keys), A's undo with --uploads is refused
+    b = client.submit(["upload"], [folder], remote).job_id
+    assert wait_job(engine, b) == "succeeded"
+    refused = client.undo(a, uploads=True)["job"]
+    assert wait_job(engine, refused) == "failed"
+    (error,) = [i.error for i in items_of(engine, refused)]
+    assert f"changed since job {a} by job {b}'s upload" in error and f"photojobs undo {b} --uploads" in error
+    assert objects() == sent_objects
+    # When B is undone with --uploads (B found the copies there: they stay), then A with --uploads
+    assert wait_job(engine, client.undo(b, uploads=True)["job"]) == "succeeded"
+    assert objects() == sent_objects
+    # (on a worker SIGKILLed after deleting them, before its finish: a healthy one takes over)
+    fleet.kill(worker)
+    doomed = fleet.start_worker(
+        ["upload"], threads=1, env={"PHOTOJOBS_FAILPOINTS": "undo.upload.after_apply"}
+    )
+    undo_a = client.undo(a, uploads=True)["job"]
+    wait_for(lambda: doomed.poll() is not None, 120, what="the undoing worker to be killed after its deletes")
+    assert objects() == {}
+    fleet.start_worker(["archive", "upload"], threads=2)
+    assert wait_job(engine, undo_a) == "succeeded"
+    # Then A's copies are deleted from the target, each removal logged once, the originals untouched
+    assert objects() == {} and tree(folder) == before
+    removed_rows = [(e.kind, e.undoes) for e in effects_of(engine, undo_a)]
+    assert sorted(removed_rows) == sorted(("upload removed", e["effect"]) for e in up)
     # and the command says the same in words, and refuses what it cannot undo with a clear error
     text = photojobs(env, "history", str(raw))
     assert (
         text.returncode == 0 and f"undone by job {undo['job']}" in text.stdout and "(sidecar)" in text.stdout
     )
+    assert f"target backup  key {up[0]['key']}" in text.stdout and "upload removed" in text.stdout
     unknown = photojobs(env, "undo", "999999")
     assert unknown.returncode == 1 and "999999" in unknown.stderr
     bad_lane = photojobs(env, "undo", str(job), "--lane", "exif")
@@ -230,5 +304,58 @@ def test_an_undo_effect_killed_at_each_step_boundary_lands_exactly_once(
         undone = sorted((e.undone_by, e.lane) for e in effects_of(engine, job))
         assert undone == [(undo, "exif")] * 2 + [(undo, "rename")] * 2, f"undo.{lane}.{boundary}"
         assert len(effects_of(engine, undo)) == 4, f"undo.{lane}.{boundary}: one reversal per effect"
+    store_paths_match_disk(engine)
+    client.engine.dispose()
+
+
+def test_a_frozen_undo_worker_is_overtaken_and_every_photo_is_restored_exactly_once(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given two photos shifted and renamed by one job
+    folder = tmp_path / "photos"
+    generate_samples(folder, 2, seed=3, size=(96, 64))
+    originals = tree(folder)
+    client = Client(Settings.from_env(env))
+    fleet.start_sweeper()
+    helper = fleet.start_worker(["exif", "rename"], threads=2)
+    job = client.submit(["exif", "rename"], [folder], PARAMS).job_id
+    assert wait_job(engine, job) == "succeeded"
+    fleet.kill(helper)
+    # When its undo runs on a worker that freezes (SIGSTOP) with an undo move recorded, not applied
+    zombie = fleet.start_worker(
+        ["exif", "rename"], threads=1, env={"PHOTOJOBS_FAILPOINTS": "undo.rename.after_record:stop"}
+    )
+    undo = client.undo(job)["job"]
+    frozen = wait_for(
+        lambda: next((i for i in items_of(engine, undo) if i.lease_owner and i.state == "running"), None),
+        60,
+        what="the undo worker to take an item",
+    )
+    pid = int(frozen.lease_owner.split(":")[1])
+    wait_for(
+        lambda: Path(f"/proc/{pid}/stat").read_text().split()[2] == "T", 60, what="the undo worker to freeze"
+    )
+    # and its lease expires, another worker finishes the undo, then the frozen one resumes
+    fleet.start_worker(["exif", "rename"], threads=1)
+    assert wait_job(engine, undo) == "succeeded", [i.error for i in items_of(engine, undo)]
+    os.killpg(zombie.pid, signal.SIGCONT)
+
+    def zombie_refused() -> list[Event]:
+        with Session(engine) as s:
+            return list(
+                s.execute(
+                    select(Event).where(
+                        Event.type == "stale_commit_rejected", Event.worker == frozen.lease_owner
+                    )
+                ).scalars()
+            )
+
+    wait_for(zombie_refused, 60, what="the frozen worker's late commit to be rejected")
+    # Then every photo is back at its old path byte for byte, each effect undone exactly once
+    assert tree(folder) == originals and temp_files(folder) == []
+    undone = sorted((e.undone_by, e.lane) for e in effects_of(engine, job))
+    assert undone == [(undo, "exif")] * 2 + [(undo, "rename")] * 2
+    assert len(effects_of(engine, undo)) == 4, "one reversal per effect"
+    assert {i.state for i in items_of(engine, undo)} == {"succeeded"}
     store_paths_match_disk(engine)
     client.engine.dispose()

@@ -2,7 +2,8 @@
 // page (issue 31). Uses app.js's helpers (window.photojobsConsole); app.js calls window.photojobsHistory.
 "use strict";
 (function () {
-  const KINDS = { "metadata edit": "edit", rename: "move", move: "move", archive: "move", upload: "copy" };
+  const KINDS = { "metadata edit": "edit", rename: "move", move: "move", archive: "move", upload: "copy",
+    "upload removed": "copy", "upload left in place": "copy", "file removed": "copy" };
 
   const armed = new Set();  // jobs whose Undo was clicked once
   function c() { return window.photojobsConsole; }
@@ -30,7 +31,8 @@
   function entryRow(e) {
     const { el, timeEl } = c();
     const cell = (label, ...x) => el("td", { "data-label": label }, ...x);
-    const where = e.from_path && e.from_path !== e.to_path ? `${e.from_path} → ${e.to_path}` : e.to_path;
+    const dest = e.target ? `${e.to_path} (target ${e.target})` : e.to_path;  // a remote upload: its target's name
+    const where = e.from_path && e.from_path !== e.to_path ? `${e.from_path} → ${dest}` : dest;
     const changes = el("ul", { class: "changes", style: "margin:0;padding-left:1em" }, ...Object.entries(e.changes || {}).map(([tag, [b, a]]) =>
       el("li", { "data-tag": tag }, `${tag}: ${value(b)} → ${value(a)}`)));
     return el("tr", { "data-effect": String(e.effect), "data-kind": KINDS[e.kind] || "other", "data-undone": e.undone_by == null ? "no" : "yes" },

@@ -521,3 +521,28 @@ def test_local_destination_outside_root_is_refused(tmp_path: Path) -> None:
 def test_local_bad_stage_tag_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidParameter, match="stage tag"):
         LocalTarget(tmp_path).staged_path("a.jpg", "../x")
+
+
+# ------------------------------------------------------------------------------------ S3 undo (#31)
+
+
+@pytest.mark.parametrize("threshold", [1 << 30, 0], ids=["put", "multipart"])
+def test_an_upload_carries_its_uploader_and_is_deleted_only_while_its_etag_holds(
+    target: S3Target, tmp_path: Path, threshold: int
+) -> None:
+    # Given a photo uploaded with its uploader's metadata (single put, or multipart)
+    sha = write(tmp_path / "a.jpg", b"photo" * 50)
+    mine = {"photojobs-job": "4", "photojobs-item": "17"}
+    target.upload(tmp_path / "a.jpg", "a.jpg", sha, metadata=mine, multipart_threshold=threshold)
+    # Then stat reports its ETag, size and metadata (the uploader and the content hash)
+    found = target.stat("backup/a.jpg")
+    assert found is not None and found.size == 250
+    assert found.metadata == {**mine, "sha256": sha}
+    # When it is replaced by other bytes, a delete conditioned on the old ETag deletes nothing
+    target.client.put_object(Bucket=target.bucket, Key="backup/a.jpg", Body=b"other")
+    assert target.delete_if("backup/a.jpg", found.etag) is False
+    assert stored(target, "a.jpg") == b"other"
+    # and one on the current ETag deletes it; a second delete finds it gone (idempotent)
+    now = target.stat("backup/a.jpg")
+    assert now is not None and target.delete_if("backup/a.jpg", now.etag) is True
+    assert target.stat("backup/a.jpg") is None and target.delete_if("backup/a.jpg", now.etag) is True
