@@ -26,8 +26,8 @@ from .effects import FileEffects, result_of
 from .lane import lane_actor
 
 
-@lane_actor("exif")
-def exif(ctx: ItemContext) -> dict[str, Any]:
+def edit_photo(ctx: ItemContext) -> dict[str, Any]:
+    """One exif item: the photo (and its sidecar) edited once, or a raw's sidecar written."""
     effects = FileEffects(ctx)
     recovered = effects.recover()
     if recovered:
@@ -97,6 +97,9 @@ def exif(ctx: ItemContext) -> dict[str, Any]:
         applied, sha256_before=before, sha256=after, fields=sorted(edit_params), **moved, **extra,
         **written.result(),
     )  # fmt: skip
+
+
+exif = lane_actor("exif")(edit_photo)
 
 
 def _raw_sidecar(

@@ -46,6 +46,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shutil
 import stat
 from collections.abc import Mapping
@@ -268,10 +269,11 @@ def _exiftool_write(
     argument, and ``%%`` does not escape them in 12.57, so ``dst``'s own path -- whose folders and
     name a rename pattern or a photo's name chose -- is never handed to it: exiftool writes into
     ``dst``'s folder through ``/proc/PID/fd/N`` of a descriptor held here (a path of digits only),
-    under a name chosen here (the staged-file pattern, so the sweeper removes it if the worker
-    dies before the rename), and the result is renamed to ``dst`` within that same folder."""
+    under a name chosen here (the staged-file pattern with ``dst``'s attempt tag, so the item's
+    next attempt -- or the sweeper -- removes it if the worker dies before the rename), and the
+    result is renamed to ``dst`` within that same folder."""
     folder = os.open(dst.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    name = f".exiftool.pj-x{os.getpid()}-{next(_OUT_NAMES)}.tmp"
+    name = _exiftool_out_name(dst.name)
     try:
         out = f"/proc/{os.getpid()}/fd/{folder}/{name}"
         try:
@@ -290,6 +292,17 @@ def _exiftool_write(
         return warnings
     finally:
         os.close(folder)
+
+
+_STAGED_TAG = re.compile(r"\.pj-([A-Za-z0-9_.-]{1,64})\.tmp$")
+
+
+def _exiftool_out_name(dst_name: str) -> str:
+    """exiftool's output name: ``dst``'s attempt tag when ``dst`` is a staged name (so a later
+    attempt's ``sweep_temps`` removes what a killed one left), never any of its other characters."""
+    found = _STAGED_TAG.search(dst_name)
+    tag = found.group(1) if found else f"x{os.getpid()}"
+    return f".exiftool-{next(_OUT_NAMES)}.pj-{tag}.tmp"
 
 
 def _unlink_at(folder: int, name: str) -> None:

@@ -22,11 +22,12 @@ def lane_code(lane: str) -> Callable[[ItemContext], dict[str, Any]]:
     """The plain function behind a lane's actor."""
     from actors.analysis import analyse_photo
     from actors.archive import archive_photo
+    from actors.exif import edit_photo
     from actors.rename import rename_photo
     from actors.upload import upload_photo
 
-    return {"analysis": analyse_photo, "rename": rename_photo, "upload": upload_photo,
-            "archive": archive_photo}[lane]  # fmt: skip
+    return {"analysis": analyse_photo, "exif": edit_photo, "rename": rename_photo,
+            "upload": upload_photo, "archive": archive_photo}[lane]  # fmt: skip
 
 
 def run_item(engine: Engine, item: Item) -> dict[str, Any]:

@@ -1,0 +1,68 @@
+"""An exif attempt killed between exiftool's write and the rename to its staged name leaves exiftool's
+output file behind; the item's next attempt removes it (``photos.exif._exiftool_out_name`` carries
+the attempt's tag, ``actors.effects.FileEffects.sweep_temps`` removes an earlier attempt's files).
+Real store (SQLite and PostgreSQL), real exiftool, the lane's own code run in this process."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, select, update
+from sqlalchemy.orm import Session
+
+from photojobs.api import Client
+from photojobs.config import Settings
+from photojobs.testing.samples import generate_samples
+from photos.exif import read_metadata
+from store.clock import db_now
+from store.lanes import lane_spec
+from store.models import Item
+from store.sweeper import revoke_expired
+from tests.inline_lanes import run_item
+
+
+class WorkerKilled(BaseException):
+    """The worker process died here (nothing after this line of the attempt ran)."""
+
+
+def the_item(engine: Engine, job: int) -> Item:
+    with Session(engine) as s:
+        item = s.execute(select(Item).where(Item.job_id == job)).scalar_one()
+        s.expunge(item)
+    return item
+
+
+def test_the_next_attempt_removes_what_a_killed_exiftool_write_left(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an exif job on one photo whose first attempt dies right after exiftool wrote its output,
+    # before that output was renamed to the attempt's staged name
+    folder = tmp_path / "photos"
+    (photo,) = generate_samples(folder, 1, seed=5, size=(64, 48))
+    client = Client(Settings.from_env({}), engine=engine)
+    job = client.submit(["exif"], [folder], {"exif.keywords": "kept"}).job_id
+    real_replace = os.replace
+
+    def dies_at_the_rename(src: Any, dst: Any, **kw: Any) -> None:
+        if kw.get("src_dir_fd") is not None:
+            raise WorkerKilled
+        real_replace(src, dst, **kw)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "replace", dies_at_the_rename)
+        with pytest.raises(WorkerKilled):
+            run_item(engine, the_item(engine, job))
+    (left,) = [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+    assert left.name.startswith(".exiftool-") and left.name.endswith(".tmp"), left.name
+    # When its lease runs out, the sweeper revokes it and the item's next attempt runs
+    with Session(engine) as s, s.begin():
+        s.execute(update(Item).where(Item.job_id == job).values(lease_expires_at=db_now() - 1))
+    assert revoke_expired(engine, {"exif": lane_spec("exif", env={})})[0] == 1
+    run_item(engine, the_item(engine, job))
+    # Then the photo is edited once and nothing of the killed attempt is left in its folder
+    assert sorted(p.name for p in folder.iterdir() if p.name != ".photojobs-history") == [photo.name]
+    assert read_metadata(photo)["keywords"] == ["kept"]
+    client.engine.dispose()
