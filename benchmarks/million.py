@@ -168,11 +168,12 @@ def _store_size(reader: Reader) -> dict[str, Any]:
     for table in ("items", "events", "photos", "jobs"):
         out[f"{table}_mib"] = round(reader.scalar(f"SELECT pg_total_relation_size('{table}')") / mib, 1)
     stats = reader.rows(
-        "SELECT relname, n_live_tup, n_dead_tup, autovacuum_count, autoanalyze_count "
+        "SELECT relname, n_live_tup, n_dead_tup, autovacuum_count, autoanalyze_count, vacuum_count "
         "FROM pg_stat_user_tables WHERE relname IN ('items', 'events', 'photos')"
     )
     out["tables"] = {
-        r[0]: {"live": r[1], "dead": r[2], "autovacuums": r[3], "autoanalyzes": r[4]} for r in stats
+        r[0]: {"live": r[1], "dead": r[2], "autovacuums": r[3], "autoanalyzes": r[4], "vacuums": r[5]}
+        for r in stats
     }
     return out
 
@@ -544,7 +545,8 @@ def _rows(store: str, f: dict[str, Any], before: Any, after: Any) -> list[Row]:
             )
             + "; dead rows "
             + ", ".join(
-                f"{t} {s['dead']:,} ({s['autovacuums']} autovacuums)" for t, s in f["store"]["tables"].items()
+                f"{t} {s['dead']:,} ({s['autovacuums']} autovacuums, {s.get('vacuums', 0)} by the sweeper)"
+                for t, s in f["store"]["tables"].items()
             ),
         ),
         Row(

@@ -28,7 +28,7 @@ def main(url: str, prefix: str, seconds: float, interval: float = 0.005) -> None
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             for kind, wait, query in conn.execute(SQL, (prefix + "%",)).fetchall():
-                seen[(kind, wait, " ".join((query or "").split())[:90])] += 1
+                seen[(kind, wait, " ".join((query or "").split())[:140])] += 1
             samples += 1
             time.sleep(interval)
     total = sum(seen.values()) or 1

@@ -18,6 +18,14 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 DATABASE_DRIVERS = ("sqlite", "postgresql", "postgres")
 
 
+def _float_or_off(env: dict[str, str], key: str, default: float) -> float:
+    """A positive number of seconds, or ``0`` (off)."""
+    raw = (env.get(key) or "").strip()
+    if raw and raw.strip("0.") == "" and "0" in raw:
+        return 0.0
+    return _float(env, key, default)
+
+
 def _float(env: dict[str, str], key: str, default: float) -> float:
     raw = env.get(key)
     if raw is None or raw == "":
@@ -141,6 +149,7 @@ class Settings:
     forget_workers_after: float = 3600.0  # the sweeper forgets a worker not heard from for this long
     submit_abandoned_after: float = 600.0  # the sweeper ends a submission with no chunk for this long
     chain_claims: bool = True  # PHOTOJOBS_CHAIN_CLAIMS: a finish claims the worker's next message
+    vacuum_every: float = 15.0  # PHOTOJOBS_VACUUM_EVERY: the sweeper's check of the hot tables (0: never)
     env: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
@@ -183,6 +192,7 @@ class Settings:
             forget_workers_after=_float(env, "PHOTOJOBS_FORGET_WORKERS_AFTER", 3600.0),
             submit_abandoned_after=_float(env, "PHOTOJOBS_SUBMIT_ABANDONED", 600.0),
             chain_claims=_switch(env, "PHOTOJOBS_CHAIN_CLAIMS", True),
+            vacuum_every=_float_or_off(env, "PHOTOJOBS_VACUUM_EVERY", 15.0),
             env=env,
         )
         all_lanes(env)  # the lane overrides: ConfigError naming the variable

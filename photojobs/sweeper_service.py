@@ -42,6 +42,7 @@ class Sweeper:
                 republish_after=settings.republish_after,
                 forget_workers_after=settings.forget_workers_after,
                 submit_abandoned_after=settings.submit_abandoned_after,
+                vacuum_every=settings.vacuum_every,
             )
         )
         self.scheduler: BackgroundScheduler | None = None

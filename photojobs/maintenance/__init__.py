@@ -1,7 +1,7 @@
 """The sweeper's duties as small maintenance services run by one loop (docs/design.md "Maintenance services").
 
 :mod:`.service` is the loop and the base class (name, interval, counters a test can wait on);
-:mod:`.duties` the eight duties, each calling its store function, and ``sweep_once`` (one pass).
+:mod:`.duties` the nine duties, each calling its store function, and ``sweep_once`` (one pass).
 """
 
 from photojobs.maintenance.duties import (
@@ -15,6 +15,7 @@ from photojobs.maintenance.duties import (
     RevokeExpired,
     SettleOrphans,
     SweepReport,
+    VacuumTables,
     default_services,
     sweep_once,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "Service",
     "SettleOrphans",
     "SweepReport",
+    "VacuumTables",
     "default_services",
     "sweep_once",
 ]

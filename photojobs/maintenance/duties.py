@@ -1,7 +1,9 @@
-"""The sweeper's eight duties as maintenance services, each calling its store function (SQL in store/)."""
+"""The sweeper's nine duties as maintenance services, each calling its store function (SQL in store/)."""
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -14,7 +16,10 @@ from store.intents import settle_orphans, sweep_stray_staged
 from store.lanes import LaneSpec
 from store.submission import SUBMIT_ABANDONED, end_abandoned_submissions
 from store.sweeper import revoke_expired
+from store.vacuum import tables_due, vacuum_table
 from store.workers import FORGET_AFTER, forget_stale
+
+log = logging.getLogger("photojobs.sweeper")
 
 __all__ = [
     "DispatchLane",
@@ -26,6 +31,7 @@ __all__ = [
     "RevokeExpired",
     "SettleOrphans",
     "SweepReport",
+    "VacuumTables",
     "default_services",
     "sweep_once",
 ]
@@ -156,6 +162,59 @@ class EndAbandonedSubmissions(Service):
         return {"submissions_ended": end_abandoned_submissions(self.engine, self.after)}
 
 
+class VacuumTables(Service):
+    """Every ``interval`` seconds, on PostgreSQL, vacuum the hot tables autovacuum leaves alone
+    whose dead rows passed its threshold (``store.vacuum``). The vacuums run one table after another
+    in a thread of their own, so a pass -- the lanes' dispatch -- never waits for one (a million
+    items' table takes ~10 s); a check while they run starts nothing. ``vacuumed`` counts the
+    tables a finished thread vacuumed since the last check; ``last`` holds (table, seconds) of the
+    latest ones (``None``: another sweeper held the table's lock)."""
+
+    name, what = "vacuum", "vacuuming the hot tables"
+
+    def __init__(self, engine: Engine, *, interval: float = 15.0) -> None:
+        super().__init__()
+        self.engine, self.interval = engine, interval
+        self.last: list[tuple[str, float | None]] = []
+        self._thread: threading.Thread | None = None
+        self._done: list[tuple[str, float | None]] = []
+        self._lock = threading.Lock()
+
+    def run_once(self) -> Mapping[str, int]:
+        with self._lock:
+            finished, self._done = self._done, []
+        if self._thread is not None and self._thread.is_alive():
+            return {"vacuumed": sum(1 for _, took in finished if took is not None)}
+        due = tables_due(self.engine)
+        if due:
+            self._thread = threading.Thread(
+                target=self._vacuum, args=([d.table for d in due],), name="photojobs-vacuum", daemon=True
+            )
+            self._thread.start()
+        return {"vacuumed": sum(1 for _, took in finished if took is not None)}
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Whether the vacuum thread (if any) ended within ``timeout`` seconds (tests, shutdown)."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            return not thread.is_alive()
+        return True
+
+    def _vacuum(self, tables: list[str]) -> None:
+        for table in tables:
+            try:
+                took = vacuum_table(self.engine, table)
+            except Exception:  # noqa: BLE001 - logged; the next check tries again
+                log.exception("vacuuming %s failed", table)
+                continue
+            if took is not None:
+                log.info("vacuumed %s in %.1f s (the server's autovacuum is off for it)", table, took)
+            with self._lock:
+                self._done.append((table, took))
+                self.last = [*self.last[-9:], (table, took)]
+
+
 def default_services(
     engine: Engine,
     specs: Mapping[str, LaneSpec],
@@ -166,9 +225,10 @@ def default_services(
     stray_every: float = 60.0,
     forget_workers_after: float = FORGET_AFTER,
     submit_abandoned_after: float = SUBMIT_ABANDONED,
+    vacuum_every: float = 15.0,
 ) -> list[Service]:
     """The sweeper's services in pass order: revoke, settle, strays, republish, one dispatch per
-    lane, events, workers, abandoned submissions."""
+    lane, events, workers, abandoned submissions, vacuum (left out when ``vacuum_every`` is 0)."""
     return [
         RevokeExpired(engine, specs),
         SettleOrphans(engine),
@@ -178,6 +238,7 @@ def default_services(
         NumberEvents(engine),
         ForgetWorkers(engine, after=forget_workers_after),
         EndAbandonedSubmissions(engine, after=submit_abandoned_after),
+        *([VacuumTables(engine, interval=vacuum_every)] if vacuum_every > 0 else []),
     ]
 
 

@@ -24,6 +24,7 @@ class SweepReport:
     sequenced: int = 0
     workers_forgotten: int = 0
     submissions_ended: int = 0
+    vacuumed: int = 0
     errors: list[str] = field(default_factory=list)
 
     def add(self, counts: Mapping[str, int]) -> None:

@@ -24,6 +24,7 @@ from photojobs.maintenance import (
     RevokeExpired,
     Service,
     SettleOrphans,
+    VacuumTables,
     default_services,
 )
 from photojobs.sweeper_service import Sweeper
@@ -207,7 +208,7 @@ def test_one_failing_service_does_not_stop_the_others(engine: Engine, tmp_path: 
     assert report.sequenced > 0 and _unnumbered_events(engine) == 0
     assert report.workers_forgotten == 1
     assert all(svc.runs == 1 for svc in loop.services)
-    assert [s.failures for s in loop.services if s.name not in ("boom", "dispatch noop")] == [0] * 7
+    assert [s.failures for s in loop.services if s.name not in ("boom", "dispatch noop")] == [0] * 8
     assert _states(engine, job) == ["queued", "queued"]  # marked; the republish service resends them
 
 
@@ -248,13 +249,15 @@ def test_a_running_sweeper_runs_its_services_with_its_settings(env: dict[str, st
             "PHOTOJOBS_REPUBLISH_AFTER": "7",
             "PHOTOJOBS_FORGET_WORKERS_AFTER": "99",
             "PHOTOJOBS_SUBMIT_ABANDONED": "77",
+            "PHOTOJOBS_VACUUM_EVERY": "33",
         }
     )
     sweeper = Sweeper(settings)
     loop = sweeper.maintenance
-    # Then its services are the eight duties in pass order, one dispatch per lane
+    # Then its services are the nine duties in pass order, one dispatch per lane
     lanes = [f"dispatch {name}" for name in sweeper.specs]
     expected = ["revoke", "settle", "strays", "republish", *lanes, "events", "workers", "submissions"]
+    expected.append("vacuum")
     assert [s.name for s in loop.services] == expected
     # And each carries its setting (the stray sweep its one-minute interval)
     republish, workers, strays = loop.service("republish"), loop.service("workers"), loop.service("strays")
@@ -264,6 +267,12 @@ def test_a_running_sweeper_runs_its_services_with_its_settings(env: dict[str, st
     submissions = loop.service("submissions")
     assert isinstance(submissions, EndAbandonedSubmissions)
     assert (submissions.after, submissions.interval) == (77.0, 60.0)
+    vacuum = loop.service("vacuum")
+    assert isinstance(vacuum, VacuumTables) and vacuum.interval == 33.0
+    # (and PHOTOJOBS_VACUUM_EVERY=0 leaves the vacuum duty out)
+    off = Sweeper(Settings.from_env({**env, "PHOTOJOBS_VACUUM_EVERY": "0"}))
+    assert "vacuum" not in [s.name for s in off.maintenance.services]
+    off.engine.dispose()
     # When it runs
     sweeper.start()
     try:
