@@ -238,6 +238,16 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
         for m, _ in messages_out:
             if len(m) > 1:
                 by_size.setdefault(len(m), []).extend(r.id for r in m)
+        if dialect == "postgresql" and by_size:
+            # Lock order item -> photo, photos in ascending id: updating an item again makes
+            # PostgreSQL re-check its foreign keys (KEY SHARE on its photo, in the items' order,
+            # which need not be the photos'); a submission locking the photos it knows FOR UPDATE
+            # in ascending id then deadlocked with the dispatch (the long photo chaos run,
+            # 2026-12-05). Taken here first, the re-checks find them held.
+            in_batches = {r.id for m, _ in messages_out if len(m) > 1 for r in m}
+            photos = sorted({r.photo_id for r in picked if r.id in in_batches and r.photo_id is not None})
+            if photos:
+                conn.execute(_LOCK_PHOTOS, {"ids": photos}).all()
         for size, ids in by_size.items():
             conn.execute(message_items_sql(dialect), {"ids": ids, "n": size})
         rows = [(r, flag) for m, flag in messages_out for r in m]
@@ -266,6 +276,9 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
 
 
 _LOCK_JOBS = text("SELECT id FROM jobs WHERE id IN :ids ORDER BY id FOR KEY SHARE").bindparams(
+    bindparam("ids", expanding=True)
+)
+_LOCK_PHOTOS = text("SELECT id FROM photos WHERE id IN :ids ORDER BY id FOR KEY SHARE").bindparams(
     bindparam("ids", expanding=True)
 )
 

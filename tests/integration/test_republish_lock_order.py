@@ -1,21 +1,25 @@
 """The sweeper's re-publish takes its locks in the one order (job -> item), so it never deadlocks
 with a cancel or pause on PostgreSQL (found by the photo chaos run once prefetched messages of
-frozen workers made re-publishing common)."""
+frozen workers made re-publishing common); a dispatch takes its items' photos in ascending id, so
+it never deadlocks with a submission locking them (found by the long photo chaos run, 2026-12-05)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from sqlalchemy import Engine, select, update
+from sqlalchemy.orm import Session
 
+from store import control as store_control
 from store import jobs as store_jobs
 from store.dispatch import mark_republished, take_for_dispatch
 from store.engine import make_engine
 from store.items import claim_failed
 from store.lanes import lane_spec
-from store.models import Item, Job
+from store.models import Item, Job, Photo
 from store.queries import job_for_change
 from tests.support import photo_inputs, wait_for, waiting_for_a_lock
 
@@ -171,5 +175,58 @@ def test_a_change_of_a_job_does_not_deadlock_with_a_transaction_updating_its_ite
         # Then neither was aborted as a deadlock (a job lock taken FOR UPDATE deadlocks here)
         assert control_error is None, control_error
         assert outcome == {"done": True}, outcome
+    finally:
+        engine.dispose()
+
+
+def test_a_dispatch_takes_its_photos_in_ascending_id_so_a_submission_locking_them_does_not_deadlock(
+    pg_url: str, tmp_path: Path
+) -> None:
+    engine = make_engine(pg_url)
+    batch = replace(NOOP, threads=1, fleet_processes=1, batch=16)
+    try:
+        # Given a job whose first item's photo has the higher photo id (p1 was known before p0: an
+        # earlier, cancelled job named it), so its items' order is the photos' descending order
+        p0, p1 = photo_inputs(tmp_path, 2)
+        earlier = store_jobs.submit(engine, [batch], [p1]).job_id
+        store_control.cancel(engine, earlier)
+        job = store_jobs.submit(engine, [batch], [p0, p1]).job_id
+        with Session(engine) as s:
+            photo_of = dict(s.execute(select(Item.id, Item.photo_id).where(Item.job_id == job)).all())
+        first, second = sorted(photo_of)
+        assert photo_of[first] > photo_of[second], "the items' order is the photos' descending order"
+        low, high = sorted(photo_of.values())
+        # And a submission-like transaction that holds the lower photo (FOR UPDATE, as
+        # store.submission locks the photos it knows, in ascending id)
+        submitter = engine.connect()
+        tx = submitter.begin()
+        submitter.execute(select(Photo.id).where(Photo.id == low).with_for_update()).all()
+        outcome: dict[str, object] = {}
+
+        def dispatch() -> None:
+            try:
+                outcome["result"] = take_for_dispatch(engine, batch)
+            except Exception as exc:  # noqa: BLE001 - reported to the test
+                outcome["error"] = exc
+
+        # When the dispatcher queues both items in one message meanwhile (it has to wait for the
+        # lower photo), and the submission goes on to lock the higher photo, then commits
+        worker = threading.Thread(target=dispatch)
+        worker.start()
+        wait_for(lambda: waiting_for_a_lock(engine) >= 1, 30, what="the dispatch to wait for a photo")
+        submit_error = None
+        try:
+            submitter.execute(select(Photo.id).where(Photo.id == high).with_for_update()).all()
+            tx.commit()
+        except Exception as exc:  # noqa: BLE001 - the assertion names it
+            submit_error = exc
+            tx.rollback()
+        submitter.close()
+        worker.join(60)
+        # Then neither was aborted as a deadlock: the dispatch had taken no photo before the lower
+        # one, waited, and then queued both items in one message
+        assert submit_error is None, submit_error
+        assert "error" not in outcome, outcome.get("error")
+        assert sorted(p.item_id for p in outcome["result"]) == [first, second]  # type: ignore[attr-defined]
     finally:
         engine.dispose()
