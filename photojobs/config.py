@@ -8,6 +8,7 @@ one line and exits 64).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,8 +21,7 @@ DATABASE_DRIVERS = ("sqlite", "postgresql", "postgres")
 
 def _float_or_off(env: dict[str, str], key: str, default: float) -> float:
     """A positive number of seconds, or ``0`` (off)."""
-    raw = (env.get(key) or "").strip()
-    if raw and raw.strip("0.") == "" and "0" in raw:
+    if re.fullmatch(r"\s*0+(\.0*)?\s*", env.get(key) or ""):
         return 0.0
     return _float(env, key, default)
 

@@ -244,8 +244,8 @@ def take_for_dispatch(engine: Engine, spec: LaneSpec, *, bound: int | None = Non
             # which need not be the photos'); a submission locking the photos it knows FOR UPDATE
             # in ascending id then deadlocked with the dispatch (the long photo chaos run,
             # 2026-12-05). Taken here first, the re-checks find them held.
-            in_batches = {r.id for m, _ in messages_out if len(m) > 1 for r in m}
-            photos = sorted({r.photo_id for r in picked if r.id in in_batches and r.photo_id is not None})
+            batched = {i for ids in by_size.values() for i in ids}
+            photos = sorted({r.photo_id for r in picked if r.id in batched and r.photo_id is not None})
             if photos:
                 conn.execute(_LOCK_PHOTOS, {"ids": photos}).all()
         for size, ids in by_size.items():

@@ -183,15 +183,16 @@ class VacuumTables(Service):
     def run_once(self) -> Mapping[str, int]:
         with self._lock:
             finished, self._done = self._done, []
+        vacuumed = {"vacuumed": sum(1 for _, took in finished if took is not None)}
         if self._thread is not None and self._thread.is_alive():
-            return {"vacuumed": sum(1 for _, took in finished if took is not None)}
+            return vacuumed
         due = tables_due(self.engine)
         if due:
             self._thread = threading.Thread(
                 target=self._vacuum, args=([d.table for d in due],), name="photojobs-vacuum", daemon=True
             )
             self._thread.start()
-        return {"vacuumed": sum(1 for _, took in finished if took is not None)}
+        return vacuumed
 
     def wait_idle(self, timeout: float) -> bool:
         """Whether the vacuum thread (if any) ended within ``timeout`` seconds (tests, shutdown)."""
