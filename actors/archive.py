@@ -52,7 +52,7 @@ def archive_photo(ctx: ItemContext) -> dict[str, Any]:
     result = move_photo(ctx, effects, path, root, relpath, [])
     if not result.get("recovered"):
         result["taken_from"] = facts.get("taken_from") if facts.get("taken") else FILE_TIME
-    prune_empty_dirs(path.parent, photo_root(ctx, path))
+    fileops.prune_empty_dirs(path.parent, photo_root(ctx, path))
     return result
 
 
@@ -112,13 +112,3 @@ def _bundle(ctx: ItemContext, effects: FileEffects, root: Path, kind: str) -> di
         extra = {"missing": missing} if missing else {}
         return result_of(applied, bundle=str(target), photos=photos, sha256=sha, **extra)
     raise PhotoError(root, f"no free bundle name after {MAX_SUFFIX} tries")
-
-
-def prune_empty_dirs(folder: Path, stop: Path) -> None:
-    """Remove folders the move left empty (e.g. a rename's dated folders), up to the photo's root."""
-    while folder != stop and stop in folder.parents:
-        try:
-            folder.rmdir()
-        except OSError:
-            return
-        folder = folder.parent

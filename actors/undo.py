@@ -168,7 +168,8 @@ def _reverse(ctx: ItemContext, effects: FileEffects, unit: list[Effect]) -> list
             ) from None
         done.append(str(p["target"]))
         if p["kind"] == "move":
-            _prune_empty(ctx, effects, Path(p["source"]).parent)
+            moved_from = Path(p["source"]).parent  # a rename's or archive's dated folders, if now empty
+            fileops.prune_empty_dirs(moved_from, effects._root_of(moved_from / "x"))
     return done
 
 
@@ -200,14 +201,3 @@ def _plan(ctx: ItemContext, effects: FileEffects, r: Effect) -> dict[str, Any]:
                 "detail": {**detail, "kind": "upload removed" if r.lane == "upload" else "file removed",
                            "kept": str(away)}}  # fmt: skip
     raise PhotoError(target_now, f"cannot undo a {r.effect} effect")
-
-
-def _prune_empty(ctx: ItemContext, effects: FileEffects, folder: Path) -> None:
-    """Folders a move back left empty (a rename's or archive's dated folders), up to their root."""
-    stop = effects._root_of(folder / "x")
-    while folder != stop and stop in folder.parents:
-        try:
-            folder.rmdir()
-        except OSError:
-            return
-        folder = folder.parent

@@ -349,3 +349,14 @@ def sweep_stray_temps(
 
 def _is_regular(mode: int) -> bool:
     return stat.S_ISREG(mode)
+
+
+def prune_empty_dirs(folder: Path, stop: Path) -> None:
+    """Remove ``folder`` and its parents while they are empty (e.g. the dated folders a move left),
+    up to ``stop`` (kept)."""
+    while folder != stop and stop in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent
