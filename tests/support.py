@@ -16,7 +16,7 @@ from typing import Any, NoReturn, TypeVar
 import psutil
 import pytest
 import redis
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import Engine, func, select, text, update
 from sqlalchemy.orm import Session
 
 from photojobs.api import Client
@@ -24,6 +24,7 @@ from photojobs.cli_support import worker_command, worker_env
 from photos import fileops
 from store import intents as store_intents
 from store import items as store_items
+from store.clock import db_now
 from store.fencing import fenced
 from store.jobs import PhotoInput
 from store.lanes import LaneSpec
@@ -245,18 +246,28 @@ def item_row(engine: Engine, item_id: int) -> Item:
         return row
 
 
-def events_of(engine: Engine, type: str, item_id: int | None = None) -> list[Event]:
-    """The events of ``type`` (of one item, if given), in id order."""
+def events_of(
+    engine: Engine, type: str, item_id: int | None = None, *, worker: str | None = None
+) -> list[Event]:
+    """The events of ``type`` (of one item, of one worker, if given), in id order."""
     with Session(engine) as s:
         q = select(Event).where(Event.type == type)
         if item_id is not None:
             q = q.where(Event.item_id == item_id)
+        if worker is not None:
+            q = q.where(Event.worker == worker)
         return list(s.execute(q.order_by(Event.id)).scalars())
 
 
 def items_of(engine: Engine, job_id: int) -> list[Item]:
     with Session(engine) as s:
         return list(s.execute(select(Item).where(Item.job_id == job_id).order_by(Item.id)).scalars())
+
+
+def expire_running_leases(engine: Engine) -> None:
+    """The worker holding the running items' leases died: they run out (database clock)."""
+    with Session(engine) as s, s.begin():
+        s.execute(update(Item).where(Item.state == "running").values(lease_expires_at=db_now() - 1))
 
 
 def event_counts(engine: Engine, type: str, job_id: int | None = None) -> dict[int, int]:
@@ -400,6 +411,16 @@ class MotoServer:
 
         wait_for(listening, 30, what=f"moto server on port {self.port}")
         return self.endpoint
+
+    def s3_client(self, bucket: str | None = None) -> Any:
+        """A boto3 S3 client of this server with the test credentials; ``bucket`` created if named."""
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+        if bucket is not None:
+            s3.create_bucket(Bucket=bucket)
+        return s3
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -9,21 +9,18 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from sqlalchemy import Engine, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Engine
 
 from actors.lane import in_a_cpu_slot
 from middleware.context import ItemContext, Stopped
 from middleware.cpu_slots import SlotGate
 from store import items as store_items
 from store import jobs as store_jobs
-from store.clock import db_now
 from store.dispatch import ALONE, take_for_dispatch
 from store.items import WAITING_ALONE
 from store.lanes import lane_spec
-from store.models import Item
 from store.sweeper import revoke_expired
-from tests.support import events_of, item_row, items_of, photo_inputs, wait_for
+from tests.support import events_of, expire_running_leases, item_row, items_of, photo_inputs, wait_for
 
 # One thread in a one-process fleet: a dispatch of a job's first attempts is one batch message.
 NOOP = replace(lane_spec("noop", env={}), max_attempts=2, threads=1, fleet_processes=1, batch=16)
@@ -31,12 +28,6 @@ NOOP = replace(lane_spec("noop", env={}), max_attempts=2, threads=1, fleet_proce
 
 def submit(engine: Engine, tmp_path: Path, n: int) -> int:
     return store_jobs.submit(engine, [NOOP], photo_inputs(tmp_path, n)).job_id
-
-
-def expire_all(engine: Engine) -> None:
-    """The worker holding the leases died: they run out (database clock)."""
-    with Session(engine) as s, s.begin():
-        s.execute(update(Item).where(Item.state == "running").values(lease_expires_at=db_now() - 1))
 
 
 def claim_one_batch(engine: Engine, worker: str) -> list[int]:
@@ -56,7 +47,7 @@ def test_a_death_in_a_batch_charges_none_of_its_items_and_sends_each_alone_next_
     submit(engine, tmp_path, 4)
     items = claim_one_batch(engine, "doomed")
     # When their worker dies (every lease runs out) and the sweeper revokes them
-    expire_all(engine)
+    expire_running_leases(engine)
     assert revoke_expired(engine, {"noop": NOOP}) == (4, 0)
     # Then none was charged: each is pending again with no attempt used, marked to go alone
     for i in items:
@@ -69,7 +60,7 @@ def test_a_death_in_a_batch_charges_none_of_its_items_and_sends_each_alone_next_
     # And when they die again, claimed alone (each body started at once), each death is charged
     for p in again:
         assert store_items.claim(engine, NOOP, p.item_id, p.token, "doomed").lease is not None
-    expire_all(engine)
+    expire_running_leases(engine)
     assert revoke_expired(engine, {"noop": NOOP}) == (4, 0)
     for i in items:
         row = item_row(engine, i)
@@ -85,7 +76,7 @@ def test_a_death_alone_is_charged_and_quarantines_after_the_attempts(engine: Eng
         [p] = take_for_dispatch(engine, NOOP)
         assert p.group is None
         assert store_items.claim(engine, NOOP, p.item_id, p.token, "doomed").lease is not None
-        expire_all(engine)
+        expire_running_leases(engine)
         revoke_expired(engine, {"noop": NOOP})
     # Then each death was charged and it is quarantined
     [row] = items_of(engine, job)
@@ -140,7 +131,7 @@ def test_an_item_alone_waiting_for_a_cpu_slot_is_not_charged_for_its_workers_dea
         wait_for(lambda: item_row(engine, waiting.item_id).message_items == WAITING_ALONE, 10,
                  what="the wait recorded")
         # When its worker dies while it waits (its lease runs out and the sweeper revokes it)
-        expire_all(engine)
+        expire_running_leases(engine)
         assert revoke_expired(engine, {"noop": CPU}) == (1, 0)
         # Then it was not charged: pending with no attempt used, to go alone next time
         row = item_row(engine, waiting.item_id)
@@ -165,7 +156,7 @@ def test_an_item_alone_that_got_its_cpu_slot_is_charged_for_its_workers_death(
         assert waiting.started.wait(10)
         assert item_row(engine, waiting.item_id).message_items is None
         # When its worker dies while its body runs
-        expire_all(engine)
+        expire_running_leases(engine)
         assert revoke_expired(engine, {"noop": CPU}) == (1, 0)
         # Then the death is charged to it: its attempt stays used
         row = item_row(engine, waiting.item_id)

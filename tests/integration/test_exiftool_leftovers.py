@@ -10,29 +10,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Engine
 
 from photojobs.api import Client
 from photojobs.config import Settings
 from photojobs.testing.samples import generate_samples
 from photos.exif import read_metadata
-from store.clock import db_now
 from store.lanes import lane_spec
-from store.models import Item
 from store.sweeper import revoke_expired
 from tests.inline_lanes import run_item
+from tests.support import expire_running_leases, items_of
 
 
 class WorkerKilled(BaseException):
     """The worker process died here (nothing after this line of the attempt ran)."""
-
-
-def the_item(engine: Engine, job: int) -> Item:
-    with Session(engine) as s:
-        item = s.execute(select(Item).where(Item.job_id == job)).scalar_one()
-        s.expunge(item)
-    return item
 
 
 def test_the_next_attempt_removes_what_a_killed_exiftool_write_left(
@@ -54,14 +45,13 @@ def test_the_next_attempt_removes_what_a_killed_exiftool_write_left(
     with monkeypatch.context() as m:
         m.setattr(os, "replace", dies_at_the_rename)
         with pytest.raises(WorkerKilled):
-            run_item(engine, the_item(engine, job))
+            run_item(engine, items_of(engine, job)[0])
     (left,) = [p for p in folder.iterdir() if p.name.endswith(".tmp")]
     assert left.name.startswith(".exiftool-") and left.name.endswith(".tmp"), left.name
     # When its lease runs out, the sweeper revokes it and the item's next attempt runs
-    with Session(engine) as s, s.begin():
-        s.execute(update(Item).where(Item.job_id == job).values(lease_expires_at=db_now() - 1))
+    expire_running_leases(engine)
     assert revoke_expired(engine, {"exif": lane_spec("exif", env={})})[0] == 1
-    run_item(engine, the_item(engine, job))
+    run_item(engine, items_of(engine, job)[0])
     # Then the photo is edited once and nothing of the killed attempt is left in its folder
     assert sorted(p.name for p in folder.iterdir() if p.name != ".photojobs-history") == [photo.name]
     assert read_metadata(photo)["keywords"] == ["kept"]

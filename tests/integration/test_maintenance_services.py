@@ -37,7 +37,7 @@ from store.dispatch import Publish, take_for_dispatch
 from store.lanes import lane_spec
 from store.models import Event, Intent, Item, Worker
 from store.sweeper import revoke_expired
-from tests.support import items_of, record_staged_edit
+from tests.support import expire_running_leases, items_of, record_staged_edit
 
 NOOP = replace(lane_spec("noop", env={}), max_attempts=2, threads=1, fleet_processes=1, batch=16)
 EXIF = lane_spec("exif", env={})
@@ -73,12 +73,6 @@ def _states(engine: Engine, job_id: int) -> list[str]:
     return [i.state for i in items_of(engine, job_id)]
 
 
-def _expire_leases(engine: Engine) -> None:
-    """The worker holding the leases died: they run out (database clock)."""
-    with Session(engine) as s, s.begin():
-        s.execute(update(Item).where(Item.state == "running").values(lease_expires_at=db_now() - 1))
-
-
 def _unnumbered_events(engine: Engine) -> int:
     with Session(engine) as s:
         return len(s.execute(select(Event.id).where(Event.seq.is_(None))).all())
@@ -89,7 +83,7 @@ def test_the_revoke_service_sends_expired_leases_back_to_pending(engine: Engine,
     job = _submit(engine, tmp_path, 2)
     pairs = [(p.item_id, p.token) for p in take_for_dispatch(engine, NOOP)]
     assert all(o.lease for o in store_items.claim_batch(engine, NOOP, pairs, "dead", {}))
-    _expire_leases(engine)
+    expire_running_leases(engine)
     # When the revoke service runs once
     counts = RevokeExpired(engine, {"noop": NOOP}).run_once()
     # Then both leases are revoked, nothing quarantined, the items are pending again
@@ -107,7 +101,7 @@ def test_the_settle_service_settles_the_intent_of_a_stopped_item(engine: Engine,
     [item] = items_of(engine, job)
     _lease, staged, intent = record_staged_edit(engine, EXIF, item.id, photo)
     store_jobs.cancel(engine, job)
-    _expire_leases(engine)
+    expire_running_leases(engine)
     assert revoke_expired(engine, {"exif": EXIF})[0] == 1
     # When the settle service runs once
     counts = SettleOrphans(engine).run_once()

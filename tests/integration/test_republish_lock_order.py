@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Connection, Engine, select, update
 from sqlalchemy.orm import Session
 
 from store import control as store_control
@@ -26,17 +26,19 @@ from tests.support import photo_inputs, wait_for, waiting_for_a_lock
 NOOP = lane_spec("noop", env={})
 
 
-def race_with_a_cancel(
-    engine: Engine, job: int, items: list[int], action: Callable[[], object]
+def race_with_a_holder(
+    engine: Engine,
+    hold: Callable[[Connection], object],
+    action: Callable[[], object],
+    then: Callable[[Connection], object],
+    what: str,
 ) -> tuple[BaseException | None, dict[str, object]]:
-    """A cancel-like transaction holds the job row (FOR UPDATE); ``action`` runs in a thread
-    meanwhile; once it waits for a lock the cancel updates ``items`` (in ascending id, the global
-    order, as a cancel does) and commits: an action that locked any of them before waiting for the
-    job deadlocks with it. Returns the cancel's error (a deadlock) and the action's outcome
-    (``result``/``error``)."""
-    cancel = engine.connect()
-    tx = cancel.begin()
-    cancel.execute(select(Job.id).where(Job.id == job).with_for_update()).all()
+    """A transaction takes a lock (``hold``); ``action`` runs in a thread meanwhile; once it waits
+    for a lock (``what`` it waits for), the transaction goes on (``then``) and commits. Returns the
+    transaction's error (a deadlock) and the action's outcome (``result``/``error``)."""
+    holder = engine.connect()
+    tx = holder.begin()
+    hold(holder)
     outcome: dict[str, object] = {}
 
     def run() -> None:
@@ -47,18 +49,39 @@ def race_with_a_cancel(
 
     worker = threading.Thread(target=run)
     worker.start()
-    wait_for(lambda: waiting_for_a_lock(engine) >= 1, 30, what="the action to wait for the job (job -> item)")
-    cancel_error = None
+    wait_for(lambda: waiting_for_a_lock(engine) >= 1, 30, what=what)
+    holder_error = None
     try:
-        for item in sorted(items):
-            cancel.execute(update(Item).where(Item.id == item).values(updated_at=Item.updated_at))
+        then(holder)
         tx.commit()
     except Exception as exc:  # noqa: BLE001 - the caller's assertion names it
-        cancel_error = exc
+        holder_error = exc
         tx.rollback()
-    cancel.close()
+    holder.close()
     worker.join(60)
-    return cancel_error, outcome
+    return holder_error, outcome
+
+
+def race_with_a_cancel(
+    engine: Engine, job: int, items: list[int], action: Callable[[], object]
+) -> tuple[BaseException | None, dict[str, object]]:
+    """A cancel-like transaction holds the job row (FOR UPDATE); ``action`` runs in a thread
+    meanwhile; once it waits for a lock the cancel updates ``items`` (in ascending id, the global
+    order, as a cancel does) and commits: an action that locked any of them before waiting for the
+    job deadlocks with it. Returns the cancel's error (a deadlock) and the action's outcome
+    (``result``/``error``)."""
+
+    def update_items(cancel: Connection) -> None:
+        for item in sorted(items):
+            cancel.execute(update(Item).where(Item.id == item).values(updated_at=Item.updated_at))
+
+    return race_with_a_holder(
+        engine,
+        lambda cancel: cancel.execute(select(Job.id).where(Job.id == job).with_for_update()).all(),
+        action,
+        update_items,
+        "the action to wait for the job (job -> item)",
+    )
 
 
 def test_republish_waits_for_a_cancel_holding_the_job_instead_of_deadlocking(
@@ -179,6 +202,11 @@ def test_a_change_of_a_job_does_not_deadlock_with_a_transaction_updating_its_ite
         engine.dispose()
 
 
+def lock_photo(photo: int) -> Callable[[Connection], object]:
+    """What a submission does to a photo it knows before its upsert: lock it FOR UPDATE."""
+    return lambda c: c.execute(select(Photo.id).where(Photo.id == photo).with_for_update()).all()
+
+
 def test_a_dispatch_takes_its_photos_in_ascending_id_so_a_submission_locking_them_does_not_deadlock(
     pg_url: str, tmp_path: Path
 ) -> None:
@@ -198,31 +226,12 @@ def test_a_dispatch_takes_its_photos_in_ascending_id_so_a_submission_locking_the
         low, high = sorted(photo_of.values())
         # And a submission-like transaction that holds the lower photo (FOR UPDATE, as
         # store.submission locks the photos it knows, in ascending id)
-        submitter = engine.connect()
-        tx = submitter.begin()
-        submitter.execute(select(Photo.id).where(Photo.id == low).with_for_update()).all()
-        outcome: dict[str, object] = {}
-
-        def dispatch() -> None:
-            try:
-                outcome["result"] = take_for_dispatch(engine, batch)
-            except Exception as exc:  # noqa: BLE001 - reported to the test
-                outcome["error"] = exc
-
         # When the dispatcher queues both items in one message meanwhile (it has to wait for the
         # lower photo), and the submission goes on to lock the higher photo, then commits
-        worker = threading.Thread(target=dispatch)
-        worker.start()
-        wait_for(lambda: waiting_for_a_lock(engine) >= 1, 30, what="the dispatch to wait for a photo")
-        submit_error = None
-        try:
-            submitter.execute(select(Photo.id).where(Photo.id == high).with_for_update()).all()
-            tx.commit()
-        except Exception as exc:  # noqa: BLE001 - the assertion names it
-            submit_error = exc
-            tx.rollback()
-        submitter.close()
-        worker.join(60)
+        submit_error, outcome = race_with_a_holder(
+            engine, lock_photo(low), lambda: take_for_dispatch(engine, batch), lock_photo(high),
+            "the dispatch to wait for a photo",
+        )  # fmt: skip
         # Then neither was aborted as a deadlock: the dispatch had taken no photo before the lower
         # one, waited, and then queued both items in one message
         assert submit_error is None, submit_error

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import boto3
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
@@ -31,9 +30,7 @@ def test_a_refused_edit_and_an_undecodable_raw_are_still_backed_up(
     endpoint = moto.start()
     try:
         env = {**env, **AWS_TEST_ENV}
-        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
-        s3.create_bucket(Bucket="photos")
+        s3 = moto.s3_client("photos")
         # Given a JPEG with a Lightroom sidecar IMG_1.xmp, a truncated JPEG (an edit of it is
         # refused: it does not decode) and a raw with no preview that LibRaw cannot decode
         folder = tmp_path / "card"

@@ -9,7 +9,6 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,26 +21,11 @@ from photos.exif import read_metadata
 from photos.history import FOLDER as HISTORY  # kept originals (issue 31), not photos
 from store.engine import normalise_url
 from tests.support import ROOT, Fleet, photojobs, wait_for
-from tests.web_support import TOKEN, WebServer, wait_job
+from tests.web_support import TOKEN, wait_job
 
 ERROR_KEYS = {"error", "message", "detail"}
 
 
-@pytest.fixture
-def serve(env: dict[str, str], tmp_path: Path, photos: Path) -> Iterator[Any]:
-    """Start ``photojobs serve`` processes on the photo root with extra settings; stopped at the end."""
-    servers: list[WebServer] = []
-
-    def start(**extra: str) -> WebServer:
-        logdir = tmp_path / f"web-logs-{len(servers)}"
-        logdir.mkdir()
-        srv = WebServer(env, logdir, roots=[photos], extra=extra)
-        servers.append(srv)
-        return srv.start()
-
-    yield start
-    for srv in servers:
-        srv.stop()
 
 
 def _photo(folder: Path, name: str, seed: int = 1) -> Path:

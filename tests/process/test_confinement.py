@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import httpx
 import pytest
 
 from photojobs.testing.samples import generate_samples
 from photos.history import FOLDER as HISTORY  # kept originals (issue 31), not photos
 from tests.support import AWS_TEST_ENV, Fleet, MotoServer, make_files, photojobs
-from tests.web_support import WebServer, wait_job
+from tests.web_support import wait_job
 
 SECRET = b"TOPSECRET-PASSWORD=hunter2\n" * 4
 
@@ -28,21 +26,6 @@ def out(tmp_path: Path) -> Path:
     return folder
 
 
-@pytest.fixture
-def serve(env: dict[str, str], tmp_path: Path, photos: Path) -> Iterator[Any]:
-    """Start a ``photojobs serve`` with the photo root and extra settings; stopped at the end."""
-    servers: list[WebServer] = []
-
-    def start(**extra: str) -> WebServer:
-        logdir = tmp_path / f"web-logs-{len(servers)}"
-        logdir.mkdir()
-        srv = WebServer(env, logdir, roots=[photos], extra=extra)
-        servers.append(srv)
-        return srv.start()
-
-    yield start
-    for srv in servers:
-        srv.stop()
 
 
 def job_ids(http: httpx.Client) -> list[int]:
@@ -157,14 +140,7 @@ def test_a_named_upload_target_from_configuration_uploads_to_s3(
     moto = MotoServer(tmp_path)
     endpoint = moto.start()
     try:
-        s3 = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
-        s3.create_bucket(Bucket="photos")
+        s3 = moto.s3_client("photos")
         made = generate_samples(photos / "set", 3, seed=5, size=(64, 48))
         srv = serve(PHOTOJOBS_UPLOAD_TARGETS=f"other=s3://nothere/x, backup=s3://photos/backup@{endpoint}")
         fleet.start_sweeper()

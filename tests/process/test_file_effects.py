@@ -17,8 +17,8 @@ from photojobs.testing.samples import generate_samples
 from photos.exif import read_metadata
 from photos.fileops import sha256_file
 from photos.history import FOLDER as HISTORY  # kept originals (issue 31), not photos
-from store.models import Event, Photo
-from tests.support import Fleet, event_counts, items_of, job_done, wait_for
+from store.models import Photo
+from tests.support import Fleet, event_counts, events_of, items_of, job_done, wait_for
 
 BOUNDARIES = ["after_stage", "after_record", "after_apply", "after_mark"]
 LANES = ["exif", "rename", "archive", "upload"]
@@ -130,16 +130,7 @@ def test_frozen_worker_is_overtaken_and_its_effect_never_lands_twice(
     wait_for(lambda: job_done(engine, job), 90, what="the winner to finish")
     os.killpg(zombie.pid, signal.SIGCONT)
 
-    def zombie_refused() -> list[Event]:
-        with Session(engine) as s:
-            return list(
-                s.execute(
-                    select(Event).where(
-                        Event.type == "stale_commit_rejected", Event.worker == item.lease_owner
-                    )
-                ).scalars()
-            )
-
+    zombie_refused = lambda: events_of(engine, "stale_commit_rejected", worker=item.lease_owner)  # noqa: E731
     wait_for(zombie_refused, 60, what="the zombie's commit to be refused")
     # Then the winner's effect is there exactly once and the zombie's never landed on top of it
     assert items_of(engine, job)[0].state == "succeeded"

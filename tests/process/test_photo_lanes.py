@@ -9,7 +9,6 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-import boto3
 import pytest
 from PIL import Image
 from sqlalchemy import Engine
@@ -201,14 +200,7 @@ def test_upload_lane_to_s3_compatible_storage_is_verified_and_idempotent(
     endpoint = moto.start()
     try:
         env = {**env, **AWS_TEST_ENV}
-        s3 = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
-        s3.create_bucket(Bucket="photos")
+        s3 = moto.s3_client("photos")
         folder = tmp_path / "photos"
         made = generate_samples(folder, 8, seed=8, size=(320, 240))
         client = Client(Settings.from_env(env))

@@ -20,8 +20,8 @@ from photojobs.config import Settings
 from photojobs.testing.samples import generate_samples
 from photos.exif import read_metadata
 from photos.history import FOLDER as HISTORY  # kept originals (issue 31), not photos
-from store.models import Event, Intent, Item, Photo, PhotoLock
-from tests.support import Fleet, items_of, job_done, pid_of_owner, wait_for
+from store.models import Intent, Item, Photo, PhotoLock
+from tests.support import Fleet, events_of, items_of, job_done, pid_of_owner, wait_for
 
 SHIFT = {"exif.shift": "+1h"}
 RENAME = {"rename.pattern": "renamed_{taken:%Y%m%d_%H%M%S}{ext}"}
@@ -36,13 +36,6 @@ def one_photo(folder: Path) -> tuple[Path, datetime]:
 
 def files_in(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() and HISTORY not in p.parts)
-
-
-def events_of(engine: Engine, item_id: int, type: str) -> list[Event]:
-    with Session(engine) as s:
-        return list(
-            s.execute(select(Event).where(Event.item_id == item_id, Event.type == type)).scalars()
-        )
 
 
 def photo_row(engine: Engine) -> Photo:
@@ -75,7 +68,7 @@ def running_owner(engine: Engine, job: int) -> Item | None:
 def rename_waited_or_ran(engine: Engine, rename_job: int) -> bool:
     """The rename job either finished or was deferred because the photo is locked."""
     (item,) = items_of(engine, rename_job)
-    return job_done(engine, rename_job) or bool(events_of(engine, item.id, "item_deferred"))
+    return job_done(engine, rename_job) or bool(events_of(engine, "item_deferred", item.id))
 
 
 def exif_worker_dies_at(fleet: Fleet, failpoint: str, what: str) -> None:
@@ -96,7 +89,7 @@ def test_applied_but_unmarked_edit_is_never_applied_twice(
     exif_job = client.submit(["exif"], [folder], SHIFT).job_id
     exif_worker_dies_at(fleet, "exif.after_apply", "after applying")
     (exif_item,) = items_of(engine, exif_job)
-    wait_for(lambda: events_of(engine, exif_item.id, "lease_expired"), 60, what="the lease to be revoked")
+    wait_for(lambda: events_of(engine, "lease_expired", exif_item.id), 60, what="the lease to be revoked")
     # When another job renames the photo meanwhile, and then an exif worker comes back
     rename_job = client.submit(["rename"], [folder], RENAME).job_id
     fleet.start_worker(["rename"], threads=1)
@@ -124,21 +117,14 @@ def test_frozen_editor_never_resurrects_the_old_path(
     item = wait_for(lambda: running_owner(engine, exif_job), 60, what="the exif item to be claimed")
     owner = item.lease_owner
     wait_for(lambda: frozen(pid_of_owner(owner)), 60, what="the exif worker to freeze")
-    wait_for(lambda: events_of(engine, item.id, "lease_expired"), 60, what="its lease to be revoked")
+    wait_for(lambda: events_of(engine, "lease_expired", item.id), 60, what="its lease to be revoked")
     # When another job wants to rename the photo, and then the frozen attempt wakes up
     rename_job = client.submit(["rename"], [folder], RENAME).job_id
     fleet.start_worker(["rename"], threads=1)
     wait_for(lambda: rename_waited_or_ran(engine, rename_job), 90, what="the rename to run or wait")
     os.killpg(zombie.pid, signal.SIGCONT)
 
-    def zombie_refused() -> bool:
-        with Session(engine) as s:
-            return bool(
-                s.execute(
-                    select(Event).where(Event.type == "stale_commit_rejected", Event.worker == owner)
-                ).first()
-            )
-
+    zombie_refused = lambda: events_of(engine, "stale_commit_rejected", worker=owner)  # noqa: E731
     wait_for(zombie_refused, 60, what="the zombie's next commit to be refused")
     fleet.start_worker(["exif"], threads=1)
     wait_for(lambda: job_done(engine, exif_job) and job_done(engine, rename_job), 120, what="both jobs")

@@ -11,7 +11,6 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import boto3
 import pytest
 from PIL import Image
 from sqlalchemy import Engine, select
@@ -299,9 +298,7 @@ def test_s3_upload_puts_the_sidecar_next_to_the_raw_key_and_a_bundle_holds_it(
     endpoint = moto.start()
     try:
         env = {**env, **AWS_TEST_ENV}
-        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
-        s3.create_bucket(Bucket="photos")
+        s3 = moto.s3_client("photos")
         folder = tmp_path / "shoot"
         folder.mkdir()
         raw = make_raw(folder / "P1000001.RW2", make="Panasonic", model="DC-G9", preview=preview_jpeg())

@@ -13,9 +13,7 @@ import os
 import signal
 from pathlib import Path
 
-import boto3
-from sqlalchemy import Engine, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Engine
 
 from photojobs.api import Client
 from photojobs.config import Settings
@@ -24,13 +22,13 @@ from photos.exiftool import ExifTool
 from photos.fileops import sha256_file
 from photos.history import FOLDER as HISTORY
 from store.history import effects_of
-from store.models import Event
 from store.status import job_status
 from tests.raw_support import make_raw, make_xmp_sidecar, preview_jpeg
 from tests.support import (
     AWS_TEST_ENV,
     Fleet,
     MotoServer,
+    events_of,
     item_states,
     items_of,
     job_done,
@@ -144,13 +142,14 @@ def test_a_raw_and_its_sidecar_archived_or_uploaded_then_undone_come_back_togeth
 ) -> None:
     moto = MotoServer(tmp_path)
     try:
-        _raw_and_sidecar_archived_uploaded_and_undone(engine, env, fleet, tmp_path, moto.start())
+        moto.start()
+        _raw_and_sidecar_archived_uploaded_and_undone(engine, env, fleet, tmp_path, moto)
     finally:
         moto.stop()
 
 
 def _raw_and_sidecar_archived_uploaded_and_undone(
-    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path, endpoint: str
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path, moto: MotoServer
 ) -> None:
     # Given a raw with its XMP sidecar, archived (and an S3 target the operator named "backup")
     folder = tmp_path / "photos"
@@ -158,10 +157,8 @@ def _raw_and_sidecar_archived_uploaded_and_undone(
     raw = make_raw(folder / "IMG_0001.CR2", make="Canon", model="Canon EOS 5D", preview=preview_jpeg())
     make_xmp_sidecar(folder / "IMG_0001.xmp", keywords=("dog",), rating=2)
     before = tree(folder)
-    env = {**env, **AWS_TEST_ENV, "PHOTOJOBS_UPLOAD_TARGETS": f"backup=s3://photos/shots@{endpoint}"}
-    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                      aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
-    s3.create_bucket(Bucket="photos")
+    env = {**env, **AWS_TEST_ENV, "PHOTOJOBS_UPLOAD_TARGETS": f"backup=s3://photos/shots@{moto.endpoint}"}
+    s3 = moto.s3_client("photos")
     fleet.env = env
     client = Client(Settings.from_env(env))
     fleet.start_sweeper()
@@ -340,16 +337,7 @@ def test_a_frozen_undo_worker_is_overtaken_and_every_photo_is_restored_exactly_o
     assert wait_job(engine, undo) == "succeeded", [i.error for i in items_of(engine, undo)]
     os.killpg(zombie.pid, signal.SIGCONT)
 
-    def zombie_refused() -> list[Event]:
-        with Session(engine) as s:
-            return list(
-                s.execute(
-                    select(Event).where(
-                        Event.type == "stale_commit_rejected", Event.worker == frozen.lease_owner
-                    )
-                ).scalars()
-            )
-
+    zombie_refused = lambda: events_of(engine, "stale_commit_rejected", worker=frozen.lease_owner)  # noqa: E731
     wait_for(zombie_refused, 60, what="the frozen worker's late commit to be rejected")
     # Then every photo is back at its old path byte for byte, each effect undone exactly once
     assert tree(folder) == originals and temp_files(folder) == []
