@@ -16,6 +16,7 @@ from store import jobs as store_jobs
 from store.lanes import lane_spec
 from store.models import Item, Photo
 from tests.inline_lanes import run_item
+from tests.support import unavailable
 
 RENAME = lane_spec("rename", env={})
 PATTERN = "{taken:%Y-%m-%d_%H%M%S}_{camera}{ext}"
@@ -64,4 +65,4 @@ def test_a_burst_of_three_in_one_second_is_named_by_sub_seconds(engine: Engine, 
 @pytest.fixture(autouse=True)
 def _needs_exiftool() -> None:
     if subprocess.run(["which", "exiftool"], capture_output=True).returncode != 0:
-        pytest.skip("needs exiftool")
+        unavailable("needs exiftool")
