@@ -255,19 +255,27 @@
       list.next = r.next;
       list.cursors.set(`${listKey()}|${list.page}`, list.after);
       renderJobs();
-    } catch (e) { report(e); }
+    } catch (e) { pagingButtons(false); report(e); }
   }
   function listParams(extra) { return { state: list.state, q: list.q, ...extra }; }
   $("#jobs-filter").addEventListener("submit", (ev) => {
     ev.preventDefault();
     go("/", { state: $("#job-state").value, q: $("#job-search").value.trim() });
   });
+  // The paging buttons are off from a click until its page has loaded: a second click meanwhile would
+  // page from the page still shown (the route has not run yet) and land where the first one did.
+  function pagingButtons(busy) {
+    $("#jobs-newer").disabled = busy || list.page <= 1;
+    $("#jobs-older").disabled = busy || list.next == null;
+  }
   $("#jobs-older").addEventListener("click", () => {
     if (list.next == null) return;
+    pagingButtons(true);
     go("/", listParams({ after: list.next, page: list.page + 1 }));
   });
   $("#jobs-newer").addEventListener("click", () => {
     if (list.page <= 1) return;
+    pagingButtons(true);
     const key = `${listKey()}|${list.page - 1}`;
     if (list.page - 1 > 1 && list.cursors.has(key)) go("/", listParams({ after: list.cursors.get(key), page: list.page - 1 }));
     else go("/", listParams({}));   // a linked page whose newer cursor is not known: the newest page
@@ -381,8 +389,7 @@
     const ids = [...jobs.keys()].sort((a, b) => b - a);
     box.replaceChildren(...ids.map((id) => jobCard(jobs.get(id), true)));
     if (!ids.length) box.append(el("p", { class: "note" }, list.state || list.q ? "No job matches." : "No jobs yet."));
-    $("#jobs-newer").disabled = list.page <= 1;
-    $("#jobs-older").disabled = list.next == null;
+    pagingButtons(false);
     $("#jobs-page").textContent = `page ${list.page}` + (list.state ? ` · ${list.state}` : "") + (list.q ? ` · “${list.q}”` : "");
   }
 
