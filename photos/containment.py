@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import itertools
 import os
 import shutil
 import stat
@@ -111,11 +112,16 @@ def check_relative(root: str | os.PathLike[str], relpath: str) -> Path:
 
 PIN_PREFIX = "pj-pin-"
 _swept: set[int] = set()
+#: (pid, temp folder) -> this process's pin folder (``_pin_folder``)
+_pin_folders: dict[tuple[int, str], Path] = {}
+_pin_numbers = itertools.count()
 
 
 def _sweep_dead_pins() -> None:
-    """Once per process: remove the private folders of pins whose process died (a SIGKILLed
-    worker's; each holds one symlink to ``/proc/<its pid>/fd/<n>``, never a byte of a photo)."""
+    """Once per process: remove the pin folders of processes that died (a SIGKILLed worker's, or
+    one that exited: each holds symlinks to ``/proc/<its pid>/fd/<n>``, never a byte of a photo).
+    A folder ``pj-pin-<pid>-…`` (:func:`_pin_folder`) is its process's; an older one, without a
+    pid in its name, is a dead process's when every link in it points into a dead process."""
     if os.getpid() in _swept:
         return
     _swept.add(os.getpid())
@@ -125,6 +131,11 @@ def _sweep_dead_pins() -> None:
     except OSError:
         return
     for folder in folders:
+        pid = folder.name[len(PIN_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and folder.name.count("-") >= 3:
+            if not os.path.exists(f"/proc/{pid}"):
+                shutil.rmtree(folder, ignore_errors=True)
+            continue
         try:
             links = [os.readlink(e) for e in folder.iterdir() if e.is_symlink()]
         except OSError:
@@ -132,6 +143,19 @@ def _sweep_dead_pins() -> None:
         pids = {link.split("/")[2] for link in links if link.startswith("/proc/")}
         if pids and not any(os.path.exists(f"/proc/{pid}") for pid in pids):
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _pin_folder() -> Path:
+    """This process's folder of pins, ``<temp>/pj-pin-<pid>-<random>`` (mode 0700, made by
+    ``mkdtemp`` once per process: nobody else can name anything in it); each pin is a numbered
+    folder inside it, so a pin costs a ``mkdir``, a ``symlink`` and their removal, not a new
+    temporary folder and a tree walk. Swept by the next process once this one is gone."""
+    key = (os.getpid(), tempfile.gettempdir())
+    folder = _pin_folders.get(key)
+    if folder is None or not folder.is_dir():
+        _sweep_dead_pins()
+        folder = _pin_folders[key] = Path(tempfile.mkdtemp(prefix=f"{PIN_PREFIX}{os.getpid()}-"))
+    return folder
 
 
 def private_name(name: str) -> str:
@@ -164,8 +188,8 @@ class Pinned:
         self.stat = os.fstat(fd)
         #: what the path itself was when it was opened (``lstat``): the file, or a symlink to it
         self.entry = entry
-        _sweep_dead_pins()
-        self._folder = Path(tempfile.mkdtemp(prefix=PIN_PREFIX))
+        self._folder = _pin_folder() / str(next(_pin_numbers))
+        os.mkdir(self._folder, 0o700)
         self.name = self._folder / private_name(path.name)
         magic = f"/proc/{os.getpid()}/fd/{fd}"
         if os.path.exists(magic):
@@ -234,7 +258,11 @@ class Pinned:
             raise renamed from exc
 
     def close(self) -> None:
-        shutil.rmtree(self._folder, ignore_errors=True)
+        try:
+            os.unlink(self.name)
+            os.rmdir(self._folder)
+        except OSError:  # not made whole (an error while pinning), or a copy: whatever is there goes
+            shutil.rmtree(self._folder, ignore_errors=True)
         os.close(self.fd)
 
 

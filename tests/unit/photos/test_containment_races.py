@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -145,7 +146,8 @@ def test_the_private_folder_of_a_dead_process_is_swept_and_a_live_ones_is_kept(
     scene: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given, in the temp folder, the pin folders of a process that died (SIGKILLed before it could
-    # remove them) and of this live process
+    # remove them) and of this live process, in both layouts: a folder per pin holding its link
+    # (older releases) and a folder per process named by its pid, holding a folder per pin
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
@@ -154,10 +156,38 @@ def test_the_private_folder_of_a_dead_process_is_swept_and_a_live_ones_is_kept(
     for pid, name in ((dead.pid, "pj-pin-dead"), (os.getpid(), "pj-pin-live")):
         (tmp / name).mkdir()
         (tmp / name / "IMG_0001.jpg").symlink_to(f"/proc/{pid}/fd/7")
+    for pid, name in ((dead.pid, f"pj-pin-{dead.pid}-x1y2z3"), (os.getpid(), f"pj-pin-{os.getpid()}-a1b2c3")):
+        (tmp / name / "3").mkdir(parents=True)
+        (tmp / name / "3" / "IMG_0002.jpg").symlink_to(f"/proc/{pid}/fd/8")
     monkeypatch.setattr(containment, "_swept", set())
+    monkeypatch.setattr(containment, "_pin_folders", {})
     # When this process pins a photo for the first time
     root, photo, _outside = scene
-    with pin_inside(photo, [root]):
-        pass
-    # Then the dead process's folder is gone and the live one's is kept
-    assert sorted(p.name for p in tmp.iterdir()) == ["pj-pin-live"]
+    with pin_inside(photo, [root]) as pinned:
+        mine = pinned.name.parent.parent
+    # Then the dead process's folders are gone and the live ones are kept, with this process's own
+    # pin folder, empty now that its pin is closed
+    assert sorted(p.name for p in tmp.iterdir()) == sorted(
+        ["pj-pin-live", f"pj-pin-{os.getpid()}-a1b2c3", mine.name]
+    )
+    assert mine.name.startswith(f"pj-pin-{os.getpid()}-") and list(mine.iterdir()) == []
+
+
+def test_a_pin_is_a_private_name_for_the_opened_file_and_leaves_nothing_behind(
+    scene: tuple[Path, Path, Path],
+) -> None:
+    # Given a photo inside the roots
+    root, photo, _outside = scene
+    # When it is pinned twice at once (two threads of a worker pin photos of the same name)
+    with pin_inside(photo, [root]) as one, pin_inside(photo, [root]) as two:
+        names = (one.name, two.name)
+        # Then each pin has its own name, a link to its own descriptor, in a folder only this
+        # process's user can enter
+        assert one.name != two.name and one.name.name == two.name.name == photo.name
+        assert os.readlink(one.name) == f"/proc/{os.getpid()}/fd/{one.fd}"
+        assert os.readlink(two.name) == f"/proc/{os.getpid()}/fd/{two.fd}"
+        assert stat.S_IMODE(os.stat(one.name.parent.parent).st_mode) == 0o700
+        assert one.name.read_bytes() == photo.read_bytes()
+    # And once closed, neither its name nor its folder is left
+    for name in names:
+        assert not os.path.lexists(name) and not name.parent.exists()
