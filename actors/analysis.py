@@ -16,7 +16,7 @@ from .lane import lane_actor
 
 def analyse_photo(ctx: ItemContext) -> dict[str, Any]:
     """One analysis item (the lane's work, without Dramatiq: the actor ``analysis`` runs it)."""
-    path = photo_path(ctx)
+    path = photo_path(ctx, pinned=True)  # confined by the pin's own check of what it opens
     # Every byte analysed (Pillow, exiftool, LibRaw) is read from the inode checked here, through
     # its descriptor: a symlink swapped in at the photo's path afterwards is never read.
     with pin_inside(path, readable_roots(ctx) or None, resolve_roots=False) as pinned:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +19,24 @@ from store.intents import photo_facts
 DESTINATION_ROOTS = "the photo roots and output roots the job was given"
 
 
-def photo_path(ctx: ItemContext) -> Path:
+def photo_path(ctx: ItemContext, *, pinned: bool = False) -> Path:
     """The item's photo, checked at the moment of use: it exists and, with every symlink resolved,
     lies inside the job's roots (or its archive root), else the item fails "outside the photo
-    roots" before a byte of it is read."""
+    roots" before a byte of it is read.
+
+    ``pinned``: the caller reads it only through ``pin_inside`` with :func:`readable_roots`, whose
+    open checks where the descriptor leads — the same check, on the file actually opened. A path
+    that is a regular file itself (not a symlink, which is resolved here as ever) is then returned
+    after one ``lstat``: resolving each of its folders first would only repeat that check."""
     if not ctx.photo_path:
         raise PhotoError(None, f"item {ctx.item_id} names no photo")
     path = Path(ctx.photo_path)
+    if pinned:
+        try:
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                return path
+        except OSError:
+            pass  # missing or unreadable: said below, as for any lane
     if not path.exists() and not path.is_symlink():
         raise PhotoError(path, "file not found (deleted or moved after submission)")
     check_photo(ctx, path)

@@ -219,13 +219,25 @@ def test_a_photo_swapped_for_a_symlink_after_submission_is_refused_by_every_lane
         created = http.post("/api/jobs", json={"lanes": [lane], "paths": [lane], "params": p})
         assert created.status_code == 201, created.text
         jobs[lane] = created.json()["job"]
+    # And an analysis job of a photo in a folder of its own
+    generate_samples(photos / "folder", 1, seed=2, size=(64, 48))
+    created = http.post("/api/jobs", json={"lanes": ["analysis"], "paths": ["folder"]})
+    assert created.status_code == 201, created.text
+    jobs["analysis of a folder"] = created.json()["job"]
     # When, between submission and claim, each photo is replaced by a symlink to an outside file
-    # (the text file for analysis, the JPEG for the lanes that copy, write or move), and only then
-    # the workers start
+    # (the text file for analysis, the JPEG for the lanes that copy, write or move), and the folder
+    # by a symlink to an outside folder holding a regular file of the photo's name (the photo's
+    # path is a regular file then: only its folder leads out), and only then the workers start
     for lane in LANES_THAT_TOUCH_FILES:
         photo = next((photos / lane).iterdir())
         photo.unlink()
         photo.symlink_to(secret if lane == "analysis" else outside_jpeg)
+    (in_folder,) = (photos / "folder").iterdir()
+    (outside / "folder").mkdir()
+    (outside / "folder" / in_folder.name).write_bytes(SECRET)
+    before[outside / "folder" / in_folder.name] = sha(outside / "folder" / in_folder.name)
+    (photos / "folder").rename(tmp_path / "moved-away")
+    (photos / "folder").symlink_to(outside / "folder")
     fleet.start_sweeper()
     fleet.start_worker(list(LANES_THAT_TOUCH_FILES))
     # Then every item fails "outside the photo roots", quoting none of the outside file
