@@ -24,7 +24,7 @@ from .events import insert_events
 from .lanes import NO_LOCK, LaneSpec
 from .leases import ClaimOutcome, Lease
 from .models import Item
-from .photo_locks import Conflict, LockRequest, lock_photo_rows
+from .photo_locks import Conflict, LockRequest, lock_photo_rows, take_many
 from .photo_locks import take as take_photo_locks
 from .pipeline import item_photo_ids
 from .queries import RENEW_KEY, claim_many_sql, claim_sql, event_sql
@@ -114,11 +114,22 @@ def claim_batch(
     events: list[dict[str, Any]] = []  # the claims' event rows, inserted together
     with engine.begin() as conn:
         rows = _claim_cas_many(conn, spec, pairs, worker)
-        if conn.dialect.name == "postgresql" and any(requests.get(i) is not None for i in rows):
-            lock_photo_rows(conn, [p for i, r in rows.items() for p in item_photo_ids(conn, i, r.photo_id)])
+        photos = {i: item_photo_ids(conn, i, r.photo_id) for i, r in rows.items()}
+        wanted = [
+            (i, photos[i], request, r.fencing_token)
+            for i, r in rows.items()
+            if (request := requests.get(i)) is not None and photos[i]
+        ]
+        paths: dict[int, str] = {}
+        if conn.dialect.name == "postgresql" and wanted:
+            paths = lock_photo_rows(conn, [p for _, ids, _, _ in wanted for p in ids])
+        conflicts = take_many(conn, wanted)  # every item's lock rows: two statements for the batch
         for item_id, row in rows.items():
             request = requests.get(item_id)
-            got = _claim_rest(conn, spec, item_id, row, worker, request, len(pairs), events, rows_locked=True)
+            got = _claim_rest(
+                conn, spec, item_id, row, worker, request, len(pairs), events,
+                taken=(photos[item_id], conflicts.get(item_id), paths),
+            )  # fmt: skip
             if isinstance(got, Conflict):
                 if request is None:
                     raise RuntimeError("internal error: expected request is not None")
@@ -213,22 +224,25 @@ def _claim_rest(
     request: LockRequest | None,
     batch: int = 1,
     events: list[dict[str, Any]] | None = None,
-    rows_locked: bool = False,
+    taken: tuple[tuple[int, ...], Conflict | None, Mapping[int, str]] | None = None,
 ) -> Lease | Conflict:
     """The rest of a claim whose compare-and-set matched ``row``: the photo locks ``request`` asks
     for (a ``Conflict``, with nothing of them written, when a photo is locked by other work), then
     the ``item_claimed`` event. ``batch``: the items of the message (the event says so when more
     than one); ``events``: where to leave the event row for the caller to insert with its batch's
-    rows (same transaction) instead of inserting it now; ``rows_locked``: the photos' rows are
-    already locked (a batch claim locks all its photos at once, in ascending order)."""
-    photo_ids = item_photo_ids(conn, item_id, row.photo_id)
+    rows (same transaction) instead of inserting it now; ``taken``: a batch claim took its items'
+    photo locks together (``photo_locks.take_many``): the item's photos, its conflict (or None)
+    and the photos' paths as of their row locks (PostgreSQL)."""
+    photo_ids = item_photo_ids(conn, item_id, row.photo_id) if taken is None else taken[0]
     new_token = row.fencing_token
     holds = request is not None and bool(photo_ids)
     current: dict[int, str] = {}
     if request is not None and holds:
-        conflict = take_photo_locks(
-            conn, item_id, photo_ids, request, new_token, current, rows_locked=rows_locked
-        )
+        if taken is None:
+            conflict = take_photo_locks(conn, item_id, photo_ids, request, new_token, current)
+        else:
+            conflict = taken[1]
+            current.update((p, taken[2][p]) for p in photo_ids if p in taken[2])
         if conflict is not None:
             return conflict
         if row.photo_id is None:

@@ -16,7 +16,7 @@ that writes other rows without finishing (an intent, a photo) checks the fence f
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 from sqlalchemy import Engine, event, select
@@ -28,6 +28,8 @@ from .models import RUNNING, Item
 
 # session.info key: the event rows of a batch finish, inserted together before its commit
 DEFERRED_EVENTS = "deferred_events"
+#: a batch finish's writes that one statement does for all its items (``defer_write``)
+DEFERRED_WRITES = "deferred_writes"
 
 
 class FencedSession(Session):
@@ -101,6 +103,18 @@ def _check_batch_fence(session: BatchFinishSession) -> None:
         raise UnfencedWrite(f"items {sorted(missing)} were finished without their fence")
 
 
+def defer_write(s: Session, key: str, rank: int, flush: Callable[[Session], None]) -> bool:
+    """In a batch finish (``fenced_batch``): have ``flush(s)`` run once, before the commit, after
+    every item's own writes and in ``rank`` order with the other deferred writes (the lock order:
+    photos before photo-lock rows); True then, and the caller leaves its row for ``flush`` to write
+    with the other items'. False in any other session: the caller writes now."""
+    writes = s.info.get(DEFERRED_WRITES)
+    if writes is None:
+        return False
+    writes.setdefault(key, (rank, flush))
+    return True
+
+
 @contextmanager
 def fenced_batch(engine: Engine, item_ids: Iterable[int]) -> Iterator[BatchFinishSession]:
     """A transaction finishing ``item_ids`` together; it raises ``StaleLease`` (rolled back, nothing
@@ -108,10 +122,14 @@ def fenced_batch(engine: Engine, item_ids: Iterable[int]) -> Iterator[BatchFinis
     their leases no longer holds."""
     session = BatchFinishSession(engine, item_ids)
     session.info[DEFERRED_EVENTS] = events = []
+    session.info[DEFERRED_WRITES] = writes = {}
     try:
         with session.begin():
             yield session
-            # the items' event rows in one statement, in the same transaction
+            # the items' writes that go together (in the order of their ranks), then their event
+            # rows in one statement, in the same transaction
+            for _, flush in sorted(writes.values(), key=lambda w: w[0]):
+                flush(session)
             insert_events(session.connection(), events)
     finally:
         session.close()

@@ -12,15 +12,16 @@ from sqlalchemy.orm import Session
 from .clock import db_now
 from .errors import StaleLease
 from .events import emit_for, emit_many, insert_events
-from .fencing import DEFERRED_EVENTS
+from .fencing import DEFERRED_EVENTS, defer_write
 from .lanes import LaneSpec
 from .leases import Lease
 from .models import CANCELLED, FAILED, PAUSED, RUNNING, SUCCEEDED, Item, Job
-from .photo_locks import lock_photo_rows
+from .photo_locks import chunked, lock_photo_rows
 from .pipeline import advance, lock_bundle, lock_items, lock_job, skip_later, state_for, successor_ids
 from .queries import (
     DROP_LOCKS,
     DROP_LOCKS_UNLESS_INTENT,
+    DROP_MANY_LOCKS_UNLESS_INTENT,
     LIVE_INTENT,
     LOCKS_TO_INTENT,
     RENEW_KEY,
@@ -131,6 +132,32 @@ def _last_lane(lease: Lease) -> bool:
     return bool(lease.job_lanes) and lease.position >= len(lease.job_lanes) - 1
 
 
+RELEASES = "lock_releases"  # session.info: a batch finish's items whose locks go at its end
+
+
+def release_locks_later(s: Session, item_id: int) -> None:
+    """``release_locks`` of a success whose return nobody reads: in a batch finish, with the other
+    items' releases in one statement before the commit (``release_locks_together``); else now."""
+    if defer_write(s, RELEASES, 2, release_locks_together):
+        s.info.setdefault(RELEASES, []).append(item_id)
+    else:
+        release_locks(s, item_id)
+
+
+def release_locks_together(s: Session) -> None:
+    """The releases ``release_locks_later`` kept: every item's rows dropped by one statement unless
+    it has an unsettled intent; an item it did not drop is released on its own (its rows go to the
+    intent)."""
+    items = sorted(set(s.info.pop(RELEASES, [])))
+    dropped: set[int] = set()
+    conn = s.connection()
+    for chunk in chunked(items):
+        dropped.update(conn.execute(DROP_MANY_LOCKS_UNLESS_INTENT, {"ids": list(chunk)}).scalars())
+    for item_id in items:
+        if item_id not in dropped:
+            release_locks(s, item_id)
+
+
 def release_locks(s: Session, item_id: int) -> int | None:
     """An item's lease ended: drop its photo locks, unless it has an unsettled intent; then the
     intent holds them (returned) until it is settled (``store.intents``)."""
@@ -210,7 +237,7 @@ def succeed(
     for write in writes:
         write(s)
     if lease.holds_locks:
-        release_locks(s, lease.item_id)
+        release_locks_later(s, lease.item_id)
     succeeded = {
         "type": "item_succeeded",
         "job_id": lease.job_id,

@@ -32,7 +32,7 @@ from . import history
 from .clock import db_now
 from .engine import reader
 from .events import emit_for
-from .fencing import lock_fence
+from .fencing import defer_write, lock_fence
 from .leases import Lease
 from .models import (
     CANCELLED,
@@ -250,10 +250,27 @@ def photo_facts(engine: Engine, job_id: int, photo_id: int | None) -> dict[str, 
 def set_photo_hash(s: Session, photo_id: int, sha256: str, size: int | None) -> None:
     """Record the photo's content hash and size (in the analysis item's final commit). In a fenced
     session whose fence is not checked yet (no finishing compare-and-set before it), the fence is
-    checked first (``lock_fence``): the item's row lock before the photo's."""
+    checked first (``lock_fence``): the item's row lock before the photo's. In a batch finish the
+    row is written with the other items' by one statement before the commit."""
     lock_fence(s)
+    row = {"photo_id": photo_id, "sha256": sha256, "size": size}
+    if defer_write(s, PHOTO_HASHES, 1, _set_photo_hashes):  # a batch finish: with its other items'
+        s.info.setdefault(PHOTO_HASHES, []).append(row)
+        return
     conn = s.connection()
-    conn.execute(photo_hash_sql(conn.dialect.name), {"photo_id": photo_id, "sha256": sha256, "size": size})
+    conn.execute(photo_hash_sql(conn.dialect.name), row)
+
+
+PHOTO_HASHES = "photo_hashes"  # session.info: a batch finish's photo hashes, written at its end
+
+
+def _set_photo_hashes(s: Session) -> None:
+    """A batch finish's ``set_photo_hash`` rows in one statement, in ascending photo id (the lock
+    order; a photo's later row last, as one after another)."""
+    rows = sorted(s.info.pop(PHOTO_HASHES, []), key=lambda r: r["photo_id"])
+    if rows:
+        conn = s.connection()
+        conn.execute(photo_hash_sql(conn.dialect.name), rows)
 
 
 class IntentSettled(Exception):  # noqa: N818

@@ -53,20 +53,14 @@ _ROW_LOCKS = (
     .bindparams(bindparam("ids", expanding=True))
     .columns(column("id", Integer), column("path", String))
 )
-_ROW_PATHS = (
-    text("SELECT id, path FROM photos WHERE id IN :ids")
-    .bindparams(bindparam("ids", expanding=True))
-    .columns(column("id", Integer), column("path", String))
-)
 
 
-def lock_photo_rows(conn: Connection, photo_ids: Sequence[int], *, wait: bool = True) -> dict[int, str]:
+def lock_photo_rows(conn: Connection, photo_ids: Sequence[int]) -> dict[int, str]:
     """PostgreSQL: lock the photos' rows in ascending id (the one order every transaction that
-    locks several photos keeps), returning each one's path as of its lock; ``wait=False``: they are
-    locked by this transaction already, only their paths are read."""
+    locks several photos keeps), returning each one's path as of its lock."""
     paths: dict[int, str] = {}
     for chunk in chunked(sorted(set(photo_ids))):
-        for row in conn.execute(_ROW_LOCKS if wait else _ROW_PATHS, {"ids": list(chunk)}):
+        for row in conn.execute(_ROW_LOCKS, {"ids": list(chunk)}):
             paths[row.id] = row.path
     return paths
 
@@ -91,8 +85,6 @@ def take(
     request: LockRequest,
     token: int,
     paths: dict[int, str] | None = None,
-    *,
-    rows_locked: bool = False,
 ) -> Conflict | None:
     """Lock the photos for ``item_id`` (caller's transaction, after the item's row): the first
     conflict, or None with the lock rows written (this item's older rows, kept by its unsettled
@@ -108,8 +100,8 @@ def take(
         # be read by a *later* statement, whose snapshot includes what a claimer we waited for
         # committed (read in the same statement, they came from before the wait: two exclusive
         # holders — found by the photo chaos run). SQLite's BEGIN IMMEDIATE serializes claims.
-        # A batch claim has locked them already (``rows_locked``): reading them again takes no wait.
-        got = lock_photo_rows(conn, ordered, wait=not rows_locked)
+        # (A batch claim takes its items' locks together: ``take_many``.)
+        got = lock_photo_rows(conn, ordered)
         if paths is not None:
             paths.update(got)
     own = False
@@ -127,3 +119,45 @@ def take(
             [{"photo_id": p, "item_id": item_id, "mode": request.mode, "token": token} for p in chunk],
         )
     return None
+
+
+def take_many(
+    conn: Connection, wanted: Sequence[tuple[int, Sequence[int], LockRequest, int]]
+) -> dict[int, Conflict]:
+    """:func:`take` for a batch claim's items (``wanted``: item id, its photos, its request, its new
+    token; in the batch's order), their photos' rows already locked (``lock_photo_rows``): the lock
+    rows of all their photos read by one statement, each item's request decided in turn against
+    them and against the items before it in ``wanted`` — what taking them one after another would
+    decide — and every granted item's rows written by one more. Returns the items that met a
+    conflict (nothing of theirs written); an item's own older rows are taken over as in
+    :func:`take`."""
+    held: dict[int, list[tuple[int, str]]] = {}
+    photos = sorted({p for _, ids, _, _ in wanted for p in ids})
+    for chunk in chunked(photos):
+        for row in conn.execute(_HELD, {"ids": list(chunk)}):
+            held.setdefault(row.photo_id, []).append((row.item_id, row.mode))
+    conflicts: dict[int, Conflict] = {}
+    rows: list[dict[str, object]] = []
+    for item_id, ids, request, token in wanted:
+        ordered = sorted(set(ids))
+        own = False
+        conflict = None
+        for photo in ordered:
+            for holder, mode in held.get(photo, ()):
+                if holder == item_id:
+                    own = True
+                elif conflict is None and (request.mode == EXCLUSIVE or mode == EXCLUSIVE):
+                    conflict = Conflict(photo, holder)
+        if conflict is not None:
+            conflicts[item_id] = conflict
+            continue
+        if own:
+            conn.execute(_DROP_OWN, {"item_id": item_id})
+            for photo, holders in held.items():
+                held[photo] = [h for h in holders if h[0] != item_id]
+        for photo in ordered:
+            held.setdefault(photo, []).append((item_id, request.mode))
+            rows.append({"photo_id": photo, "item_id": item_id, "mode": request.mode, "token": token})
+    for chunk in chunked(rows):
+        conn.execute(_INSERT, list(chunk))
+    return conflicts

@@ -361,6 +361,16 @@ DROP_LOCKS_UNLESS_INTENT = text(
     "DELETE FROM photo_locks WHERE item_id = :item_id AND NOT EXISTS "
     "(SELECT 1 FROM intents WHERE intents.item_id = :item_id AND intents.state = 'recorded')"
 ).bindparams(bindparam("item_id", type_=Integer))
+# A batch finish's releases in one statement (``store.finishing.release_locks_together``): the
+# items it names drop their rows unless they have an unsettled intent; it returns the ones it dropped.
+DROP_MANY_LOCKS_UNLESS_INTENT = (
+    text(
+        "DELETE FROM photo_locks WHERE item_id IN :ids AND NOT EXISTS (SELECT 1 FROM intents "
+        "WHERE intents.item_id = photo_locks.item_id AND intents.state = 'recorded') RETURNING item_id"
+    )
+    .bindparams(bindparam("ids", expanding=True, type_=Integer))
+    .columns(column("item_id", Integer))
+)
 LOCKS_TO_INTENT = text("UPDATE photo_locks SET intent_id = :intent_id WHERE item_id = :item_id")
 
 

@@ -250,3 +250,98 @@ def test_a_cancel_meeting_a_batch_claim_midway_does_not_deadlock(engine: Engine,
     assert cancelled == [0]
     with Session(engine) as s:
         assert set(s.execute(select(Item.state).where(Item.job_id == job)).scalars()) == {"running"}
+
+
+def test_a_batch_takes_its_photo_locks_as_one_after_another_would(
+    engine: Engine, tmp_path: Path, monkeypatch: Any
+) -> None:
+    # Given items over four photos (three jobs of the analysis lane: three items per photo) and,
+    # in each of 40 random scenes, lock rows held by some of them (shared or exclusive) and a batch
+    # of others asking for their photos, each shared or exclusive (two may ask for one photo)
+    import random
+
+    from store import photo_locks
+    from store.photo_locks import lock_photo_rows, take, take_many
+
+    paths = [tmp_path / f"p{i}.jpg" for i in range(4)]
+    items = [item for _ in range(3) for item in queued(engine, ANALYSIS, paths)]
+
+    def locks(conn: Any) -> list[tuple[Any, ...]]:
+        rows = conn.execute(text("SELECT photo_id, item_id, mode, token FROM photo_locks"))
+        return sorted(tuple(r) for r in rows)
+
+    for seed in range(40):
+        rnd = random.Random(seed)
+        chosen = rnd.sample(items, 8)
+        holders, batch = chosen[:3], chosen[3:]
+        held = [(photo, item, rnd.choice([SHARED, EXCLUSIVE])) for item, _, photo in holders]
+        wanted = [
+            (item, (photo,), LockRequest(rnd.choice([SHARED, EXCLUSIVE]), 1.0), 7) for item, _, photo in batch
+        ]
+        if seed % 5 == 0:  # an item of the batch holds a row of an earlier attempt: taken over
+            held.append((batch[0][2], batch[0][0], SHARED))
+        outcomes = []
+        for together in (False, True):
+            with engine.connect() as conn, conn.begin() as tx:
+                for photo, item, mode in held:
+                    insert = "INSERT INTO photo_locks (photo_id, item_id, mode, token) VALUES (:p, :i, :m, 1)"
+                    conn.execute(text(insert), {"p": photo, "i": item, "m": mode})
+                # When the batch takes its locks together, and (the reference) one item after another
+                # (every photo's row locked first in ascending id, as the batch claim does: the
+                # reference's own row locks, one item at a time, would cross that order)
+                if conn.dialect.name == "postgresql":
+                    lock_photo_rows(conn, [p for _, ids, _, _ in wanted for p in ids])
+                if together:
+                    refused = set(take_many(conn, wanted))
+                else:
+                    with monkeypatch.context() as m:
+                        m.setattr(photo_locks, "lock_photo_rows", lambda conn, ids: {})
+                        refused = {i for i, ids, req, token in wanted if take(conn, i, ids, req, token)}
+                outcomes.append((refused, locks(conn)))
+                tx.rollback()
+        # Then the same items are refused and the same lock rows are left
+        assert outcomes[0] == outcomes[1], (seed, held, wanted)
+
+
+def test_a_batch_finish_writes_every_photo_hash_and_lock_release_as_one_after_another_would(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # Given a claimed analysis batch of three photos, the second item with an unsettled intent
+    from store import intents
+    from store.models import Intent, Photo
+
+    paths = [tmp_path / f"p{i}.jpg" for i in range(3)]
+    items = queued(engine, ANALYSIS, paths)
+    request = LockRequest(SHARED, 0.5)
+    requests = dict.fromkeys([i for i, _, _ in items], request)
+    outcomes = store_items.claim_batch(engine, ANALYSIS, [(i, t) for i, t, _ in items], "w", requests)
+    leases = [o.lease for o in outcomes if o.lease is not None]
+    assert len(leases) == 3
+    with Session(engine) as s, s.begin():
+        intent = intents.record(
+            s, leases[1], kind="write", staged=str(tmp_path / "s"), target=str(paths[1]), source=None,
+            sha256="cd" * 32, worker="w",
+        )  # fmt: skip
+    # When the batch finishes, each item's success with its photo's hash, in one transaction
+    statements: list[str] = []
+    listen = lambda *a: statements.append(a[2])  # noqa: E731
+    event.listen(engine, "before_cursor_execute", listen)
+    try:
+        with fenced_batch(engine, [lease.item_id for lease in leases]) as s:
+            store_items.lock_batch_finish(s, leases)
+            for n, lease in enumerate(leases):
+                write = [lambda s, photo=lease.photo_id, n=n: set_photo_hash(s, photo, f"{n:064d}", 10 + n)]
+                store_items.succeed(s, lease, {"n": n}, "w", write)
+    finally:
+        event.remove(engine, "before_cursor_execute", listen)
+    # Then every photo has its own hash and size, the first and third items' lock rows are gone and
+    # the second's are handed to its intent
+    with Session(engine) as s:
+        hashes = s.execute(select(Photo.id, Photo.sha256, Photo.size).order_by(Photo.id)).all()
+        held = s.execute(select(PhotoLock.item_id, PhotoLock.intent_id)).all()
+        assert s.get(Intent, intent) is not None
+    assert [(h.sha256, h.size) for h in hashes] == [(f"{n:064d}", 10 + n) for n in range(3)]
+    assert held == [(leases[1].item_id, intent)]
+    # And the photos' rows were written by one statement, the three items' releases by one more
+    assert sum(s.lstrip().startswith("UPDATE photos") for s in statements) == 1, statements
+    assert sum(s.lstrip().startswith("DELETE FROM photo_locks WHERE item_id IN") for s in statements) == 1
