@@ -14,6 +14,7 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -113,7 +114,7 @@ def check_relative(root: str | os.PathLike[str], relpath: str) -> Path:
 PIN_PREFIX = "pj-pin-"
 _swept: set[int] = set()
 #: (pid, temp folder) -> this process's pin folder (``_pin_folder``)
-_pin_folders: dict[tuple[int, str], Path] = {}
+_pin_folders: dict[tuple[int, str], str] = {}
 _pin_numbers = itertools.count()
 
 
@@ -145,16 +146,21 @@ def _sweep_dead_pins() -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _pin_folder() -> Path:
+def _pin_folder() -> str:
     """This process's folder of pins, ``<temp>/pj-pin-<pid>-<random>`` (mode 0700, made by
-    ``mkdtemp`` once per process: nobody else can name anything in it); each pin is a numbered
-    folder inside it, so a pin costs a ``mkdir``, a ``symlink`` and their removal, not a new
-    temporary folder and a tree walk. Swept by the next process once this one is gone."""
+    ``mkdtemp`` once per process: nobody else can name anything in it), with a folder per thread
+    (``t<thread id>``) where a pin is one symlink: a pin costs a ``symlink`` and an ``unlink``, not a
+    new temporary folder and a tree walk. Swept by the next process once this one is gone."""
     key = (os.getpid(), tempfile.gettempdir())
-    folder = _pin_folders.get(key)
-    if folder is None or not folder.is_dir():
+    base = _pin_folders.get(key)
+    if base is None or not os.path.isdir(base):
         _sweep_dead_pins()
-        folder = _pin_folders[key] = Path(tempfile.mkdtemp(prefix=f"{PIN_PREFIX}{os.getpid()}-"))
+        base = _pin_folders[key] = tempfile.mkdtemp(prefix=f"{PIN_PREFIX}{os.getpid()}-")
+    folder = f"{base}/t{threading.get_native_id()}"
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
     return folder
 
 
@@ -188,16 +194,25 @@ class Pinned:
         self.stat = os.fstat(fd)
         #: what the path itself was when it was opened (``lstat``): the file, or a symlink to it
         self.entry = entry
-        self._folder = _pin_folder() / str(next(_pin_numbers))
-        os.mkdir(self._folder, 0o700)
-        self.name = self._folder / private_name(path.name)
+        folder = _pin_folder()
+        own = private_name(path.name)
         magic = f"/proc/{os.getpid()}/fd/{fd}"
+        #: a folder made for this pin alone (removed with it): a copy, or a name the thread has pinned already
+        self._own: str | None = None
         if os.path.exists(magic):
-            os.symlink(magic, self.name)
+            try:
+                os.symlink(magic, f"{folder}/{own}")
+            except FileExistsError:  # two pins of one name at once in this thread
+                self._own = f"{folder}/{next(_pin_numbers)}"
+                os.mkdir(self._own, 0o700)
+                os.symlink(magic, f"{self._own}/{own}")
         else:  # no /proc: a private copy of the checked bytes
-            with open(self.name, "wb") as out:
+            self._own = f"{folder}/{next(_pin_numbers)}"
+            os.mkdir(self._own, 0o700)
+            with open(f"{self._own}/{own}", "wb") as out:
                 for chunk in self._chunks():
                     out.write(chunk)
+        self.name = Path(self._own or folder) / own
 
     def _chunks(self) -> Iterator[bytes]:
         offset = 0
@@ -236,7 +251,7 @@ class Pinned:
         magic = f"/proc/self/fd/{self.fd}"
         if not os.path.exists(magic):
             raise OSError(errno.ENOSYS, "no /proc to link an open file from", str(dest))
-        folder = os.open(self._folder, os.O_RDONLY | os.O_DIRECTORY)
+        folder = os.open(self.name.parent, os.O_RDONLY | os.O_DIRECTORY)
         try:  # a dir fd makes CPython call linkat (AT_SYMLINK_FOLLOW follows the /proc link)
             os.link(magic, dest, src_dir_fd=folder, follow_symlinks=True)
         finally:
@@ -260,9 +275,11 @@ class Pinned:
     def close(self) -> None:
         try:
             os.unlink(self.name)
-            os.rmdir(self._folder)
-        except OSError:  # not made whole (an error while pinning), or a copy: whatever is there goes
-            shutil.rmtree(self._folder, ignore_errors=True)
+            if self._own is not None:
+                os.rmdir(self._own)
+        except OSError:
+            if self._own is not None:
+                shutil.rmtree(self._own, ignore_errors=True)
         os.close(self.fd)
 
 

@@ -59,7 +59,7 @@ def test_bytes_read_through_the_pin_after_a_swap_are_the_checked_photos(
         # And the pin knows the path no longer holds what it checked
         assert not pinned.still_at()
     # And the private name is gone afterwards
-    assert not pinned.name.parent.exists()
+    assert not os.path.lexists(pinned.name)
 
 
 def test_exiftool_given_the_pinned_name_after_a_swap_reads_and_copies_the_checked_photo(
@@ -166,11 +166,12 @@ def test_the_private_folder_of_a_dead_process_is_swept_and_a_live_ones_is_kept(
     with pin_inside(photo, [root]) as pinned:
         mine = pinned.name.parent.parent
     # Then the dead process's folders are gone and the live ones are kept, with this process's own
-    # pin folder, empty now that its pin is closed
+    # pin folder, holding no name now that its pin is closed
     assert sorted(p.name for p in tmp.iterdir()) == sorted(
         ["pj-pin-live", f"pj-pin-{os.getpid()}-a1b2c3", mine.name]
     )
-    assert mine.name.startswith(f"pj-pin-{os.getpid()}-") and list(mine.iterdir()) == []
+    assert mine.name.startswith(f"pj-pin-{os.getpid()}-")
+    assert [p for p in mine.rglob("*") if not p.is_dir()] == []
 
 
 def test_a_pin_is_a_private_name_for_the_opened_file_and_leaves_nothing_behind(
@@ -188,6 +189,7 @@ def test_a_pin_is_a_private_name_for_the_opened_file_and_leaves_nothing_behind(
         assert os.readlink(two.name) == f"/proc/{os.getpid()}/fd/{two.fd}"
         assert stat.S_IMODE(os.stat(one.name.parent.parent).st_mode) == 0o700
         assert one.name.read_bytes() == photo.read_bytes()
-    # And once closed, neither its name nor its folder is left
+    # And once closed, neither name is left, nor the folder made for the second
     for name in names:
-        assert not os.path.lexists(name) and not name.parent.exists()
+        assert not os.path.lexists(name)
+    assert not names[1].parent.exists() and stat.S_IMODE(os.stat(names[0].parent).st_mode) == 0o700
