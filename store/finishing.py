@@ -117,7 +117,7 @@ def succeed_many(s: Session, done: Sequence[tuple[Lease, dict[str, Any] | None]]
                     "attempt": lease.attempt,
                     "token": lease.token,
                     "worker": worker,
-                    "detail": {"result": result} if result else None,
+                    "detail": _timed({"result": result} if result else {}, lease),
                 }
             )
     deferred = s.info.get(DEFERRED_EVENTS)

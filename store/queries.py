@@ -98,7 +98,7 @@ def claim_sql(dialect: str) -> TextualSelect:
 
 _CLAIM_SET = """state = 'running', fencing_token = fencing_token + 1, attempt = attempt + 1,
     lease_owner = :worker, lease_ttl = :ttl, lease_expires_at = {now} + :ttl,
-    queued_at = NULL, updated_at = {now}
+    ready_at = updated_at, queued_at = NULL, updated_at = {now}
 """
 
 
@@ -106,10 +106,12 @@ _CLAIM_SET = """state = 'running', fencing_token = fencing_token + 1, attempt = 
 def claim_many_sql(dialect: str) -> TextualSelect:
     """``claim_sql``'s compare-and-set for a batch message's items in one statement: the items
     named by ``:ids`` whose ``id * RENEW_KEY + fencing_token`` is in ``:keys`` (the message's
-    (item, token) pairs), with the same checks, returning ``claim_sql``'s columns and the item's
-    id. On PostgreSQL the named items are locked first by a ``SELECT … ORDER BY id FOR UPDATE`` (a
-    materialized CTE that the ``UPDATE`` reads whole before its first row: the rows are locked in
-    ascending id whatever plan the ``UPDATE`` gets); SQLite serializes whole write transactions.
+    (item, token) pairs), with the same checks and the same ``ready_at``, returning
+    ``claim_sql``'s columns (the claim's time and the attempt's ready time: the run-time and
+    queue-wait histograms) and the item's id. On PostgreSQL the named items are locked first by a
+    ``SELECT … ORDER BY id FOR UPDATE`` (a materialized CTE that the ``UPDATE`` reads whole before
+    its first row: the rows are locked in ascending id whatever plan the ``UPDATE`` gets); SQLite
+    serializes whole write transactions.
 
     Only the ids are compared in a form an index serves (``state || ''``, as ``mark_queued_sql``):
     on a table not yet analyzed (a big job's first minutes) PostgreSQL's planner otherwise read
@@ -123,6 +125,7 @@ def claim_many_sql(dialect: str) -> TextualSelect:
                             AND lane_control.paused_at IS NOT NULL)"""
     returning = """
         RETURNING id, job_id, position, photo_id, attempt, fencing_token, checkpoint,
+            lease_expires_at - lease_ttl AS claimed_at, ready_at,
             (SELECT photos.path FROM photos WHERE photos.id = items.photo_id) AS photo_path,
             (SELECT jobs.params FROM jobs WHERE jobs.id = items.job_id) AS params,
             (SELECT jobs.roots FROM jobs WHERE jobs.id = items.job_id) AS roots,
@@ -150,6 +153,8 @@ def claim_many_sql(dialect: str) -> TextualSelect:
             column("attempt", Integer),
             column("fencing_token", Integer),
             column("checkpoint", _ITEM_JSON),
+            column("claimed_at", Float),
+            column("ready_at", Float),
             column("photo_path", String),
             column("params", _JOB_JSON),
             column("roots", _JOB_JSON),

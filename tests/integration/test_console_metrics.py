@@ -165,3 +165,46 @@ def test_a_job_folded_over_several_batches_is_observed_once(
     # Then the job's duration is observed once, by the batch holding its last settling event
     assert sample(scrape, "photojobs_job_duration_seconds_count") == 1
     assert sample(scrape, "photojobs_item_run_seconds_count", lane="noop") == 4
+
+
+def test_the_items_of_batch_messages_land_in_the_run_time_and_queue_wait_histograms(
+    engine: Engine, db_url: str, tmp_path: Path
+) -> None:
+    # Given three noop items and two analysis items that became ready 7 s ago, dispatched as batch
+    # messages (a lane's first attempts ride in batches: most items of a big job)
+    from store.dispatch import take_for_dispatch
+    from store.fencing import fenced_batch
+    from store.intents import set_photo_hash
+    from store.photo_locks import SHARED, LockRequest
+
+    analysis = SPECS["analysis"]
+    jobs = {"noop": _submit(engine, tmp_path, 3), "analysis": _submit(engine, tmp_path, 2, "analysis")}
+    for lane, job in jobs.items():
+        take_for_dispatch(engine, SPECS[lane])
+        _ready_ago(engine, job, 7.0)
+    # When each lane's items are claimed as one batch and finished together: the noop items by
+    # the plain successes' one statement, the analysis items each with its photo's hash
+    for lane, job in jobs.items():
+        spec, items = SPECS[lane], _items(engine, job)
+        request = LockRequest(SHARED, 0.5) if spec is analysis else None
+        requests = dict.fromkeys([i.id for i in items], request)
+        pairs = [(i.id, i.fencing_token) for i in items]
+        outcomes = store_items.claim_batch(engine, spec, pairs, "w", requests)
+        leases = [o.lease for o in outcomes if o.lease is not None]
+        assert len(leases) == len(items)
+        with fenced_batch(engine, [x.item_id for x in leases]) as s:
+            store_items.lock_batch_finish(s, leases)
+            if spec is analysis:
+                for x in leases:
+                    write = [lambda s, p=x.photo_id: set_photo_hash(s, p, "ab" * 32, 1)]
+                    store_items.succeed(s, x, {"ok": 1}, "w", write)
+            else:
+                store_items.succeed_many(s, [(x, None) for x in leases], "w")
+    scrape = _scrape(engine, db_url, tmp_path)
+    run, wait = "photojobs_item_run_seconds", "photojobs_item_queue_wait_seconds"
+    # Then every item's run is observed, in the first bucket, and every claim's wait of ~7 s
+    for lane, n in (("noop", 3), ("analysis", 2)):
+        assert sample(scrape, f"{run}_count", lane=lane) == n, lane
+        assert _bucket(scrape, run, "1.0", lane=lane) == n, lane
+        assert sample(scrape, f"{wait}_count", lane=lane) == n, lane
+        assert _bucket(scrape, wait, "5.0", lane=lane) == 0 and _bucket(scrape, wait, "10.0", lane=lane) == n
