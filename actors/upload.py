@@ -34,8 +34,8 @@ def upload_photo(ctx: ItemContext) -> dict[str, Any]:
         spec = replace(spec, root=destination_root(ctx, spec.root or opts["target"]))
     effects = FileEffects(ctx)
     if spec.kind == "local":
-        recovered = effects.recover()
-        if recovered:
+        recovered = [a for a in effects.recover() if not a.companion]
+        if recovered:  # the photo's own publish (a unit's sidecars alone: the photo was there already)
             return result_of(recovered[-1])
     path = photo_path(ctx)
     # every byte of the photo copied or sent is read from the inode checked here (a symlink swapped

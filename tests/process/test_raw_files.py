@@ -221,6 +221,36 @@ def test_worker_killed_between_the_moves_of_a_raw_and_its_sidecar_recovers_both_
     client.engine.dispose()
 
 
+def test_an_upload_killed_after_only_its_sidecar_was_published_reports_the_photo_not_the_sidecar(
+    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+) -> None:
+    # Given a raw with a sidecar whose upload target holds the raw already (another job put the same
+    # bytes there) but not the sidecar, and a worker that kills itself right after it published the
+    # sidecar — the unit's only file to publish — before it marked it
+    folder, uploads = tmp_path / "shoot", tmp_path / "uploads"
+    folder.mkdir()
+    uploads.mkdir()
+    raw = make_raw(folder / "IMG_0001.NEF", preview=preview_jpeg())
+    sidecar = sidecar_with(folder / "IMG_0001.NEF.xmp", "-XMP-dc:Subject=keep")
+    (uploads / "IMG_0001.NEF").write_bytes(raw.read_bytes())
+    client = Client(Settings.from_env(env))
+    job = client.submit(["upload"], [folder], {"upload.target": str(uploads), "upload.key": "{name}"}).job_id
+    fleet.start_sweeper()
+    doomed = fleet.start_worker(["upload"], threads=1, env={"PHOTOJOBS_FAILPOINTS": "upload.after_apply"})
+    wait_for(lambda: doomed.poll() is not None, 60, what="the worker to die after publishing the sidecar")
+    assert names(uploads) == ["IMG_0001.NEF", "IMG_0001.NEF.xmp"]
+    # When a healthy worker takes over (the next attempt recovers the sidecar's publish)
+    fleet.start_worker(["upload"], threads=1)
+    wait_job_done(engine, job, 90)
+    # Then the item succeeded and its result names the raw's upload, not the sidecar's
+    [item] = items_of(engine, job)
+    assert item.state == "succeeded", item.error
+    where = item.result.get("location", item.result.get("target"))
+    assert where == str(uploads / "IMG_0001.NEF"), item.result
+    assert sha256_file(uploads / "IMG_0001.NEF.xmp") == sha256_file(sidecar)
+    client.engine.dispose()
+
+
 def test_a_cancelled_rename_killed_between_the_moves_is_settled_both_moved_by_the_sweeper(
     engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
 ) -> None:
