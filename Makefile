@@ -1,5 +1,6 @@
 # The two commands of the README: `make demo` and `make test`. Both create .venv and install
-# everything they need on a fresh machine; `make chaos` and `make bench` are the long runs.
+# everything they need on a fresh machine; `make chaos` and `make bench` are the long runs (make chaos:
+# the `slow` tests of tests/chaos and tests/process, each the long twin of a short one in make test).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -10,8 +11,11 @@ PYTEST_ARGS ?=
 # for its worker fleet, so more workers than cores pay off; worksteal rebalances the long process
 # tests that pile up at the end. PYTEST_XDIST= (empty) runs serially; -n0 in PYTEST_ARGS does too.
 PYTEST_XDIST ?= -n 4 --dist worksteal
+# Each test's seconds, written by every run (tests/budget_plugin.py) and checked against
+# tests/budget.toml after pytest: `make test` fails naming each file that took over 2x its budget.
+DURATIONS ?= .test-durations.json
 
-.PHONY: venv demo test lint unit chaos scale bench mutants clean
+.PHONY: venv demo test lint unit chaos scale bench mutants budget clean
 
 # The pinned ExifTool (pyproject.toml [tool.photojobs.exiftool]) goes into $(VENV)/bin/exiftool.
 $(STAMP): pyproject.toml .ci/install_exiftool.py
@@ -27,15 +31,20 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 test: $(STAMP) lint
-	$(PY) -m pytest -q -m "not slow" --maxfail=10 --durations=20 $(PYTEST_XDIST) $(PYTEST_ARGS) || { rc=$$?; [ $$rc -ne 5 ] || \
+	$(PY) -m pytest -q -m "not slow" --maxfail=10 --durations-json=$(DURATIONS) $(PYTEST_XDIST) $(PYTEST_ARGS) || { rc=$$?; [ $$rc -ne 5 ] || \
 	  echo "make test: pytest collected no tests (exit 5); check PYTEST_ARGS" >&2; exit $$rc; }
+	$(PY) -m tests.budget check $(DURATIONS)
+
+# Rewrite tests/budget.toml from the last run's times (1.5x headroom; README "Testing the repository").
+budget: $(STAMP)
+	$(PY) -m tests.budget update $(DURATIONS)
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
 chaos: $(STAMP)
-	PHOTOJOBS_CHAOS_SECONDS=$${PHOTOJOBS_CHAOS_SECONDS:-300} $(PY) -m pytest -q -m slow tests/chaos $(PYTEST_ARGS)
-	PHOTOJOBS_FUZZ_EXAMPLES=$${PHOTOJOBS_FUZZ_EXAMPLES:-300} $(PY) -m pytest -q tests/integration/test_api_fuzz.py $(PYTEST_ARGS)
+	PHOTOJOBS_CHAOS_SECONDS=$${PHOTOJOBS_CHAOS_SECONDS:-300} $(PY) -m pytest -q -m slow --durations-json= tests/chaos tests/process $(PYTEST_ARGS)
+	PHOTOJOBS_FUZZ_EXAMPLES=$${PHOTOJOBS_FUZZ_EXAMPLES:-300} $(PY) -m pytest -q --durations-json= tests/integration/test_api_fuzz.py $(PYTEST_ARGS)
 
 # The 1M-item EXPLAIN check of every hot-path statement on both stores (minutes; not in make test).
 scale: $(STAMP)

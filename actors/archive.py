@@ -24,6 +24,7 @@ from .common import (
     destination_root,
     facts_for,
     fallback_time,
+    make_destination,
     params,
     photo_path,
     photo_root,
@@ -41,9 +42,8 @@ def archive_photo(ctx: ItemContext) -> dict[str, Any]:
     if recovered:
         return {"target": recovered[-1].target, "recovered": True}
     opts = params(ctx)
-    root = destination_root(ctx, opts["root"])  # checked before a folder is made through it
-    root.mkdir(parents=True, exist_ok=True)
-    root = destination_root(ctx, root)  # and again: a parent swapped for a symlink meanwhile
+    root = destination_root(ctx, opts["root"])  # checked before a folder is made beneath its roots
+    make_destination(ctx, root)
     if opts.get("bundle", "none") != "none":
         return _bundle(ctx, effects, root, opts["bundle"])
     path = photo_path(ctx)
@@ -52,7 +52,7 @@ def archive_photo(ctx: ItemContext) -> dict[str, Any]:
     result = move_photo(ctx, effects, path, root, relpath, [])
     if not result.get("recovered"):
         result["taken_from"] = facts.get("taken_from") if facts.get("taken") else FILE_TIME
-    fileops.prune_empty_dirs(path.parent, photo_root(ctx, path))
+    fileops.prune_empty_dirs(path.parent, photo_root(ctx, path), within=effects.fs)
     return result
 
 
@@ -96,16 +96,21 @@ def _bundle(ctx: ItemContext, effects: FileEffects, root: Path, kind: str) -> di
             continue
         effects.sweep_temps(root)
         staged = fileops.staged_path(target, effects.tag)
-        manifest = build_bundle(sources, staged, kind, opener=open_checked)
-        verify_bundle(staged, manifest)
-        failpoints.hit("archive.after_stage")
-        ctx.check()
-        sha = fileops.sha256_file(staged)
+        manifest = build_bundle(sources, staged, kind, opener=open_checked, within=effects.fs)
         try:
+            verify_bundle(staged, manifest)
+            failpoints.hit("archive.after_stage")
+            ctx.check()
+            sha = fileops.content_sha256(staged, within=effects.fs)
+            if sha is None:
+                raise PhotoError(target, "the bundle written is gone or out of reach; not published")
             intent = effects.record(kind="publish", staged=staged, target=target, source=None, sha256=sha)
         except TargetTaken:
-            staged.unlink(missing_ok=True)
+            effects.drop(staged)
             continue
+        except BaseException:
+            effects.drop(staged)
+            raise
         applied = effects.apply_and_mark(
             intent, kind="publish", staged=staged, target=target, source=None, sha256=sha
         )

@@ -13,7 +13,9 @@ from photos.analyze import header_facts
 from photos.containment import pin_inside, resolve_inside
 from photos.errors import PhotoError
 from photos.params import ALLOWED_ROOTS_KEY, lane_params
+from photos.params import job_roots as roots_of_job
 from photos.rename import capture_taken_now
+from photos.rootfs import Roots, ensure_folder
 from store.intents import photo_facts
 
 DESTINATION_ROOTS = "the photo roots and output roots the job was given"
@@ -54,6 +56,19 @@ def readable_roots(ctx: ItemContext) -> list[Path]:
         confined = ALLOWED_ROOTS_KEY in ctx.params
         roots.append(Path(archive) if confined else Path(archive).expanduser().resolve())
     return roots
+
+
+def job_roots(ctx: ItemContext) -> Roots:
+    """The folders the item's file effects may change, each acted on beneath its descriptor
+    (``photos.rootfs``): the job's photo roots, its archive root, its local upload folder."""
+    return Roots(roots_of_job(ctx.lease.roots, ctx.params))
+
+
+def make_destination(ctx: ItemContext, folder: Path) -> None:
+    """Make the folder a lane writes into (an archive root, an upload folder) when missing: beneath
+    the roots a confined job was given, no symlink followed; an unconfined job's where it was told."""
+    allowed = ctx.params.get(ALLOWED_ROOTS_KEY)
+    ensure_folder(folder, None if allowed is None else [Path(r) for r in allowed])
 
 
 def check_photo(ctx: ItemContext, path: Path) -> Path:

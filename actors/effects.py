@@ -24,11 +24,13 @@ from typing import Any
 from middleware import failpoints
 from middleware.context import ItemContext
 from photos import fileops, history, recovery
-from photos.errors import PhotoError
+from photos.errors import OutsideRoot, PhotoError
+from photos.rootfs import Roots
 from store import intents as store_intents
+from store.history import MADE_DIRS
 from store.intents import IntentRow, TargetTaken
 
-from .common import readable_roots
+from .common import job_roots
 
 log = logging.getLogger("photojobs.effects")
 
@@ -49,6 +51,8 @@ class FileEffects:
     def __init__(self, ctx: ItemContext) -> None:
         self.ctx = ctx
         self.lane = ctx.spec.name
+        #: every file this item stages, applies, links or removes is reached beneath these
+        self.fs: Roots = job_roots(ctx)
 
     @property
     def tag(self) -> str:
@@ -72,7 +76,7 @@ class FileEffects:
         return sorted(applied, key=lambda a: not a.companion)
 
     def _finish(self, intent: IntentRow) -> Applied | None:
-        verdict = recovery.settle_on_disk(intent.effect(), may_apply=True, tag=self.tag)
+        verdict = recovery.settle_on_disk(intent.effect(), may_apply=True, tag=self.tag, within=self.fs)
         if verdict.state == recovery.APPLIED:
             self._settle(intent, "applied", verdict.note)
             return Applied(intent.id, intent.kind, intent.target, True, verdict.note)
@@ -102,19 +106,36 @@ class FileEffects:
             )
 
     def sweep_temps(self, *folders: Path) -> list[Path]:
-        """Remove this item's staged files left by earlier (dead) attempts in ``folders``."""
-        live = store_intents.live_staged_paths(self.ctx.engine)
+        """Remove this item's staged files left by earlier (dead) attempts in ``folders`` (each
+        opened beneath its root; one that is missing or out of reach is left alone)."""
+        live: set[str] | None = None  # read from the store only when a folder holds a candidate
         mine = f".pj-i{self.ctx.item_id}-t"
         removed = []
-        for folder in folders:
-            if not folder.is_dir():
+        for path in folders:
+            try:
+                folder = self.fs.opendir(path)
+            except (OSError, OutsideRoot):
                 continue
-            for entry in folder.iterdir():
-                if mine in entry.name and entry.name.endswith(".tmp") and str(entry) not in live:
-                    if not entry.name.endswith(f"{mine}{self.ctx.token}.tmp"):
-                        entry.unlink(missing_ok=True)
+            with folder:
+                for name in folder.listdir():
+                    ours_now = name.endswith(f"{mine}{self.ctx.token}.tmp")
+                    if mine not in name or not name.endswith(".tmp") or ours_now:
+                        continue
+                    if live is None:
+                        live = store_intents.live_staged_paths(self.ctx.engine)
+                    entry = path / name
+                    if str(entry) not in live:
+                        folder.delete(name, missing_ok=True)
                         removed.append(entry)
         return removed
+
+    def drop(self, path: Path) -> None:
+        """Remove a staged file of this item, beneath its root; gone already, or out of reach (its
+        folder a symlink now), it is left to the sweeper."""
+        try:
+            self.fs.delete(path, missing_ok=True)
+        except OutsideRoot:
+            pass
 
     # -- one effect -----------------------------------------------------------------------
     def record(
@@ -153,6 +174,8 @@ class FileEffects:
         file, notes the tags it changes: the effect log's row (``store.history``) takes both."""
         for e in effects:
             e["detail"] = {**self._history_detail(e), **(e.get("detail") or {})}
+            if e["kind"] in ("move", "publish"):  # the folders it will make: its undo removes them
+                e["detail"].setdefault(MADE_DIRS, self.missing_folders(Path(e["target"]).parent))
         with self.ctx.fenced("record intent") as s:
             ids = [
                 store_intents.record(
@@ -178,8 +201,12 @@ class FileEffects:
         kind, staged, target = e["kind"], Path(e["staged"]), Path(e["target"])
         detail: dict[str, Any] = {}
         if kind == "replace" and e.get("base_sha256"):
+            # a store (or the target's folder) that is a symlink refuses the edit (PhotoError)
             try:
-                kept = history.keep(target, e["base_sha256"], history.store_for(self._root_of(target)))
+                # kept as a delta against the version that replaces it (``photos.history``)
+                kept = history.keep(
+                    target, e["base_sha256"], within=self.fs, new=staged, new_sha256=e["sha256"]
+                )
             except OSError as exc:  # the edit goes on; its undo will say the original was not kept
                 log.warning("could not keep the original of %s: %s", target, exc)
                 kept = None
@@ -190,11 +217,28 @@ class FileEffects:
                 detail["changes"] = changes
         return detail
 
-    def _root_of(self, path: Path) -> Path:
-        """The deepest root of the job's (photo or archive) that holds ``path``: its history store
-        is on the photo's filesystem and inside what the operator configured."""
-        roots = sorted(readable_roots(self.ctx), key=lambda p: len(p.parts), reverse=True)
-        return next((r for r in roots if r in path.parents), path.parent)
+    def missing_folders(self, folder: Path) -> list[str]:
+        """``folder`` and its parents beneath their root that are not there yet (deepest first): the
+        ones a move or publish into ``folder`` makes, looked at beneath the roots (none outside)."""
+        try:
+            root = self.fs.locate(folder / "x")[0]
+        except (OSError, OutsideRoot):
+            return []
+        missing: list[str] = []
+        while folder != root and root in folder.parents:
+            try:
+                if self.fs.lstat(folder) is not None:
+                    break
+            except (OSError, OutsideRoot):
+                break
+            missing.append(str(folder))
+            folder = folder.parent
+        return missing
+
+    def root_of(self, path: Path) -> Path:
+        """The deepest of the job's roots that holds ``path`` (``OutsideRoot`` when none does): its
+        history store is on the photo's filesystem and inside what the operator configured."""
+        return self.fs.locate(path)[0]
 
     def apply_and_mark(
         self,
@@ -216,19 +260,22 @@ class FileEffects:
             raise ValueError(f"unknown intent kind {kind!r}")
         with self.ctx.fenced("apply intent") as s:
             store_intents.assert_live(s, self.ctx.lease, intent_id)
+        failpoints.hit(f"{self.lane}.before_apply")  # live, checked; the file operation next
+        # every name is reached beneath the job's roots by descriptor: a folder swapped for a
+        # symlink since the plan is refused (rootfs.NotBeneath, a PhotoError), nothing done outside
         if kind == "replace":
-            fileops.replace_atomic(staged, target)
+            fileops.replace_atomic(staged, target, within=self.fs)
         elif kind == "publish":
-            fileops.publish_no_clobber(staged, target)
+            fileops.publish_no_clobber(staged, target, within=self.fs)
         else:
             if source is None:
-                raise RuntimeError('internal error: expected source is not None')
+                raise RuntimeError("internal error: expected source is not None")
             if staged != source:  # a staged hard link of the photo: it moves, then the old name goes
-                fileops.move_no_clobber(staged, target, sha256, tag=self.tag)
+                fileops.move_no_clobber(staged, target, sha256, tag=self.tag, within=self.fs)
                 failpoints.hit(f"{self.lane}.after_move")  # landed; the old name not yet dropped
-                recovery.drop_moved_source(str(source), str(target), sha256)
+                recovery.drop_moved_source(str(source), str(target), sha256, within=self.fs)
             else:
-                fileops.move_no_clobber(source, target, sha256, tag=self.tag)
+                fileops.move_no_clobber(source, target, sha256, tag=self.tag, within=self.fs)
         failpoints.hit(f"{self.lane}.after_apply")
         row = IntentRow(
             intent_id,
@@ -275,7 +322,7 @@ class FileEffects:
         )
         self._settle(row, "discarded", note)
         if staged != source:
-            staged.unlink(missing_ok=True)
+            self.drop(staged)
 
 
 def result_of(applied: Applied, **extra: Any) -> dict[str, Any]:

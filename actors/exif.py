@@ -8,6 +8,7 @@ finishes both or neither and the two never disagree."""
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -39,59 +40,66 @@ def edit_photo(ctx: ItemContext) -> dict[str, Any]:
     if is_raw(path):
         return _raw_sidecar(ctx, effects, path, edit, sorted(edit_params))
     # exiftool and Pillow read exactly the inode checked here (never a symlink swapped in later),
-    # and the base the intent records is that inode's content
+    # and the base the intent records is that inode's content; the edited copy is written into the
+    # photo's folder opened beneath its root (exiftool writes through /proc/<pid>/fd of it)
     sidecar: tuple[Path, bytes | None, bytes | None] | None = None
+    staged = fileops.staged_path(path, effects.tag)
     with pin_inside(path, readable_roots(ctx) or None, resolve_roots=False) as pinned:
         failpoints.hit("exif.after_check")
         before = pinned.sha256()
-        staged = fileops.staged_path(path, effects.tag)
-        with pinned.as_photo():
-            written = write_metadata(pinned.name, staged, edit)
+        with effects.fs.opendir(path.parent) as folder, pinned.as_photo():
+            # the folder by its descriptor (for exiftool too: /proc/<pid>, not its own /proc/self)
+            held = Path(f"/proc/{os.getpid()}/fd/{folder.fd}") / staged.name
+            written = write_metadata(pinned.name, held, edit)
             try:
                 if sidecar_of(path) is not None:  # the sidecar gets the same edit (never created here)
                     sidecar = write_sidecar(path, edit, read_raw=pinned.name)
+                # a shift records the capture time the edit gives (read from the staged result)
+                moved = {"taken": taken_now(held)} if edit.shift else {}
             except BaseException:
-                staged.unlink(missing_ok=True)
+                folder.delete(staged.name, missing_ok=True)
                 raise
     staged_sidecar = None
     try:
         if sidecar is not None and sidecar[1] is not None and sidecar[1] != sidecar[2]:
-            staged_sidecar = fileops.stage_bytes(sidecar[0], effects.tag, sidecar[1])
+            staged_sidecar = fileops.stage_bytes(sidecar[0], effects.tag, sidecar[1], within=effects.fs)
         failpoints.hit("exif.after_stage")
         if not pinned.still_at():  # what is at the path now is not the photo that was edited
             raise PhotoError(path, "was replaced while its metadata was written; nothing was written")
         ctx.check()  # last safe point: nothing recorded yet
-        # a shift records the capture time the edit gives (read from the staged result, not the path)
-        moved = {"taken": taken_now(staged)} if edit.shift else {}
-    except BaseException:
-        staged.unlink(missing_ok=True)
-        if staged_sidecar is not None:
-            staged_sidecar.unlink(missing_ok=True)
-        raise
-    after = fileops.sha256_file(staged)
-    photo_effect = {
-        "kind": "replace", "staged": staged, "target": path, "source": path, "sha256": after,
-        "base_sha256": before,
-    }  # fmt: skip
-    extra: dict[str, Any] = {}
-    if staged_sidecar is None or sidecar is None or sidecar[1] is None:
-        intent = effects.record(**photo_effect)
-    else:
-        target, content, side_before = sidecar
-        side_after = hashlib.sha256(content).hexdigest()
-        side_base = hashlib.sha256(side_before).hexdigest() if side_before is not None else None
-        side_effect = {
-            "kind": "replace", "staged": staged_sidecar, "target": target, "source": None,
-            "sha256": side_after, "base_sha256": side_base, "companion": True,
+        after = fileops.content_sha256(staged, within=effects.fs)
+        if after is None:
+            raise PhotoError(path, "its edited copy is gone or out of reach; nothing was written")
+        photo_effect = {
+            "kind": "replace", "staged": staged, "target": path, "source": path, "sha256": after,
+            "base_sha256": before,
         }  # fmt: skip
-        side_id, intent = effects.record_unit([side_effect, photo_effect])  # one unit: both or none
+        unit = [photo_effect]
+        if staged_sidecar is not None and sidecar is not None and sidecar[1] is not None:
+            target, content, side_before = sidecar
+            side_after = hashlib.sha256(content).hexdigest()
+            side_base = hashlib.sha256(side_before).hexdigest() if side_before is not None else None
+            unit.insert(0, {
+                "kind": "replace", "staged": staged_sidecar, "target": target, "source": None,
+                "sha256": side_after, "base_sha256": side_base, "companion": True,
+            })  # fmt: skip
+        # keeping the displaced original may refuse (a history store that is a symlink): untouched
+        intents = effects.record_unit(unit)  # a photo and its sidecar: one unit, both or none
+    except BaseException:
+        effects.drop(staged)
+        if staged_sidecar is not None:
+            effects.drop(staged_sidecar)
+        raise
+    extra: dict[str, Any] = {}
+    if len(unit) == 2:
+        side = unit[0]
         effects.apply_and_mark(
-            side_id, kind="replace", staged=staged_sidecar, target=target, source=None, sha256=side_after,
-            companion=True,
+            intents[0], kind="replace", staged=side["staged"], target=side["target"], source=None,
+            sha256=side["sha256"], companion=True,
         )  # fmt: skip
-        extra = {"sidecar": str(target), "sidecar_sha256": side_after}
+        extra = {"sidecar": str(side["target"]), "sidecar_sha256": side["sha256"]}
     applied = effects.apply_and_mark(
-        intent, kind="replace", staged=staged, target=path, source=path, sha256=after
+        intents[-1], kind="replace", staged=staged, target=path, source=path, sha256=after
     )
     return result_of(
         applied, sha256_before=before, sha256=after, fields=sorted(edit_params), **moved, **extra,
@@ -115,21 +123,22 @@ def _raw_sidecar(
     if content is None or content == before:
         return {"target": str(target), "unchanged": True, "sidecar": str(target), "fields": fields}
     effects.sweep_temps(target.parent)
-    staged = fileops.stage_bytes(target, effects.tag, content)
+    staged = fileops.stage_bytes(target, effects.tag, content, within=effects.fs)
     failpoints.hit("exif.after_stage")
+    kind = "replace" if before is not None else "publish"  # a new sidecar never clobbers a file
+    after = hashlib.sha256(content).hexdigest()
+    base = hashlib.sha256(before).hexdigest() if before is not None else None
     try:
         if not pinned.still_at():  # the raw at the path is not the one whose time was read
             raise PhotoError(raw, "was replaced while its sidecar was written; nothing was written")
         ctx.check()  # last safe point: nothing recorded yet
+        intent = effects.record(
+            kind=kind, staged=staged, target=target, source=None, sha256=after, base_sha256=base,
+            companion=True,
+        )  # fmt: skip
     except BaseException:
-        staged.unlink(missing_ok=True)
+        effects.drop(staged)
         raise
-    kind = "replace" if before is not None else "publish"  # a new sidecar never clobbers a file
-    after = hashlib.sha256(content).hexdigest()
-    base = hashlib.sha256(before).hexdigest() if before is not None else None
-    intent = effects.record(
-        kind=kind, staged=staged, target=target, source=None, sha256=after, base_sha256=base, companion=True
-    )
     applied = effects.apply_and_mark(
         intent, kind=kind, staged=staged, target=target, source=None, sha256=after, companion=True
     )

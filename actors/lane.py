@@ -8,7 +8,7 @@ from typing import Any
 
 import dramatiq
 
-from middleware.batch import run_batch
+from middleware.batch import EXPECTED_RACES, run_batch
 from middleware.context import STOP_LOST, ItemContext, Stopped, current, current_batch
 from middleware.cpu_slots import SlotGate, cpu_slot, process_gate
 from middleware.dramatiq_compat import restart_time_limit
@@ -19,6 +19,9 @@ from store.lanes import INTERACTIVE_PRIORITY, NORMAL_PRIORITY, lane_spec
 from .undo import undoable
 
 THROWS = (PhotoError, Stopped)
+#: What the actors declare to Dramatiq (logged without a traceback): the permanent failures, and
+#: the expected races, which the finish retries (middleware.finishing)
+ACTOR_THROWS = (*THROWS, *EXPECTED_RACES)
 log = logging.getLogger("photojobs.lane")
 
 
@@ -113,7 +116,7 @@ def lane_actor(name: str) -> Callable[[Callable[[ItemContext], Any]], dramatiq.A
             queue_name=spec.queue,
             priority=NORMAL_PRIORITY,
             time_limit=int(spec.time_limit * 1000),
-            throws=THROWS,
+            throws=ACTOR_THROWS,
         )
         # The same work for the lane's interactive queue (``store.dispatch``: small or interactive
         # jobs while the lane is busy), first among the messages a worker has fetched.
@@ -123,7 +126,7 @@ def lane_actor(name: str) -> Callable[[Callable[[ItemContext], Any]], dramatiq.A
             queue_name=spec.interactive_queue,
             priority=INTERACTIVE_PRIORITY,
             time_limit=int(spec.time_limit * 1000),
-            throws=THROWS,
+            throws=ACTOR_THROWS,
         )
         return actor
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from middleware import failpoints
 from middleware.context import ItemContext
-from photos import fileops
+from photos import fileops, rootfs
 from photos.containment import Pinned, pin_inside
 from photos.errors import PhotoError
 from photos.recovery import link_staged
@@ -79,8 +79,8 @@ def _move_pinned(
             continue  # a name of the unit is taken (or a sidecar there would change owner): the next
         # This attempt's handle on each file: a hard link next to it (the file itself where the
         # filesystem has no hard links). Recovery consumes it, so a zombie can never move the photo.
-        staged = [_link_pinned(pinned, effects.tag)]
-        staged += [link_staged(f, effects.tag) or f for f, *_ in moves[1:]]
+        staged = [_link_pinned(pinned, effects)]
+        staged += [link_staged(f, effects.tag, within=effects.fs) or f for f, *_ in moves[1:]]
         failpoints.hit(f"{ctx.spec.name}.after_stage")  # the plan is made; nothing recorded yet
         try:
             if not pinned.still_at():
@@ -94,10 +94,10 @@ def _move_pinned(
                 ]
             )  # fmt: skip
         except TargetTaken:
-            _drop_links(staged, moves)
+            _drop_links(effects, staged, moves)
             continue  # another item reserved this name first: take the next suffix
         except BaseException:
-            _drop_links(staged, moves)
+            _drop_links(effects, staged, moves)
             raise
         try:
             applied = effects.apply_and_mark(
@@ -125,29 +125,28 @@ def _move_pinned(
     raise PhotoError(src, f"no free name for {relpath} after {MAX_SUFFIX} suffixes")
 
 
-def _link_pinned(pinned: Pinned, tag: str) -> Path:
-    """This attempt's staged hard link of the pinned photo: made from its descriptor, so it is the
-    checked file, never a symlink swapped in at its path; the photo's own name where there can be no
-    such link (no hard links on the filesystem, the photo a symlink inside the roots)."""
+def _link_pinned(pinned: Pinned, effects: FileEffects) -> Path:
+    """This attempt's staged hard link of the pinned photo, made from its descriptor in its folder
+    opened beneath its root: the checked file, never a symlink swapped in at its path nor a folder
+    swapped in above it; the photo's own name where the filesystem has no hard links."""
     if not pinned.still_at():
         raise PhotoError(pinned.path, REPLACED)
-    if pinned.is_link:
-        return link_staged(pinned.path, tag) or pinned.path
-    staged = fileops.staged_path(pinned.path, tag)
-    staged.unlink(missing_ok=True)
-    try:
-        pinned.link(staged)
-    except OSError as exc:
-        if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
-            return pinned.path
-        if exc.errno == errno.ENOENT:  # the file lost its last name since it was checked
-            raise PhotoError(pinned.path, REPLACED) from None
-        raise
-    fileops.fsync_dir(staged.parent)
+    staged = fileops.staged_path(pinned.path, effects.tag)
+    with effects.fs.folder_of(staged) as (folder, name):
+        folder.delete(name, missing_ok=True)
+        try:
+            rootfs.link_open_file(pinned.fd, folder, name)
+        except OSError as exc:
+            if exc.errno in rootfs.NO_LINK_ERRNOS:
+                return pinned.path
+            if exc.errno == errno.ENOENT:  # the file lost its last name since it was checked
+                raise PhotoError(pinned.path, REPLACED) from None
+            raise
+        folder.fsync()
     return staged
 
 
-def _drop_links(staged: list[Path], moves: list[tuple[Path, Path, str, bool]]) -> None:
+def _drop_links(effects: FileEffects, staged: list[Path], moves: list[tuple[Path, Path, str, bool]]) -> None:
     for st, (f, _, _, _) in zip(staged, moves, strict=True):
         if st != f:
-            st.unlink(missing_ok=True)
+            effects.drop(st)

@@ -30,19 +30,18 @@ from pathlib import Path
 from typing import Any
 
 from middleware import failpoints
-from middleware.context import ItemContext
+from middleware.context import Deferred, ItemContext
 from photos import fileops, history
-from photos.containment import resolve_inside
-from photos.errors import PhotoError
+from photos.errors import OutsideRoot, PhotoError
 from photos.recovery import content_of, link_staged
 from store import history as log
-from store.history import BUNDLE_STAYS, UNDO_JOB, UNDO_UPLOADS, Effect
+from store.history import BUNDLE_STAYS, RESTORE_FROM, UNDO_JOB, UNDO_LANES, UNDO_UPLOADS, Effect
+from store.way_back import CHANGED, COPIES, RESTORES, Way, check_lane
 
-from .common import check_photo, readable_roots
-from .effects import FileEffects
+from .effects import FileEffects, TargetTaken
 from .undo_remote import undo_remote
 
-CHANGED = "changed since job {job}"
+DEFER = 0.5  # seconds an undo item waits for a photo of its job to leave the name it goes back to
 
 
 def undoable(fn: Callable[[ItemContext], Any]) -> Callable[[ItemContext], Any]:
@@ -52,6 +51,8 @@ def undoable(fn: Callable[[ItemContext], Any]) -> Callable[[ItemContext], Any]:
     def run(ctx: ItemContext) -> Any:
         if ctx.params.get(UNDO_JOB) is not None:
             return undo_item(ctx)
+        if ctx.params.get(RESTORE_FROM) is not None:
+            return restore_item(ctx)
         return fn(ctx)
 
     return run
@@ -77,64 +78,34 @@ def undo_item(ctx: ItemContext) -> dict[str, Any]:
     remote = [r for r in todo if r.effect == "remote"]
     if remote:  # an upload to an S3 target: deleted only if still the job's object (actors.undo_remote)
         return undo_remote(ctx, job, remote)
-    _refuse_if_changed(ctx, job, todo)
+    check_lane(_way(ctx, effects, job, lane), lane, todo)
     unit = sorted(todo, key=lambda r: (r.sidecar, -r.id))  # the photo's effect first, then its sidecars
-    done = _reverse(ctx, effects, unit)
+    try:
+        done = _reverse(ctx, effects, unit)
+    except TargetTaken as exc:  # a photo's row still names an old path its file has just left
+        _wait_for_leaving(ctx, job, str(exc))
+        raise PhotoError(Path(str(exc)), f"{CHANGED.format(job=job)} outside photojobs: its old path is "
+                         "named by another photo") from None  # fmt: skip
     return {"undone": len(done), "job": job, "effects": [r.id for r in unit], "paths": done}
 
 
-# -- conflicts ------------------------------------------------------------------------------------
-def _refuse_if_changed(ctx: ItemContext, job: int, todo: list[Effect]) -> None:
-    """PhotoError "changed since job J …" unless the photo (and its sidecars) are exactly as the
-    job left them: no later effect in effect, the same content at the same path, old paths free."""
-    photo = ctx.lease.photo_id or 0
-    mine = {e.id for e in log.effects_of(ctx.engine, job, photo_id=photo)}
-    later = [
-        e
-        for e in log.later_effects(ctx.engine, photo, max(r.id for r in todo))
-        if e.id not in {r.id for r in todo}
-        and e.lane != "upload"  # a copy made (or removed) elsewhere: the photo is unchanged
-        and e.job_id != ctx.lease.job_id  # this undo's own earlier lanes
-        and e.undoes not in mine  # an earlier undo of another lane of the same job
-    ]
-    if later:
-        first = later[0]
-        which = f"job {first.job_id}'s {first.lane}" + (" (undo it first)" if first.job_id != job else "")
-        if first.job_id == job:
-            which += f" (undo it first: photojobs undo {job} --lane {first.lane})"
-        else:
-            which += f": photojobs undo {first.job_id}"
-        raise PhotoError(Path(first.to_path), f"{CHANGED.format(job=job)} by {which}")
-    outside = f"{CHANGED.format(job=job)} outside photojobs"
-    photo_rows = [r for r in todo if not r.sidecar and r.effect != "publish"]
-    if photo_rows and ctx.photo_path != photo_rows[0].to_path:
-        raise PhotoError(
-            Path(ctx.photo_path or "?"), f"{outside}: it is no longer at {photo_rows[0].to_path}"
-        )
-    for r in todo:
-        target = Path(r.to_path)
-        _check_inside(ctx, target)
-        have = content_of(target)
-        if have != r.after_sha256:
-            found = f"holds sha256 {have}" if have else "is gone"
-            raise PhotoError(target, f"{outside}: {found}; job {job} left sha256 {r.after_sha256}")
-        if r.effect == "move" and r.from_path:
-            _check_inside(ctx, Path(r.from_path))
-            if Path(r.from_path).exists() or Path(r.from_path).is_symlink():
-                raise PhotoError(Path(r.from_path), f"{outside}: its old path is taken by another file")
+# -- conflicts (decided in store.way_back: the dry run asks the same) ---------------------------
+def _way(ctx: ItemContext, effects: FileEffects, job: int, lane: str) -> Way:
+    return Way(
+        ctx.engine, effects.fs, job, ctx.lease.photo_id or 0, ctx.photo_path,
+        tuple(str(n) for n in ctx.params.get(UNDO_LANES) or [lane]), undo_job=ctx.lease.job_id,
+        leaving=functools.partial(_wait_for_leaving, ctx, job),
+    )  # fmt: skip
 
 
-def _check_inside(ctx: ItemContext, path: Path) -> None:
-    """Every path the undo touches lies inside the job's roots (or its archive root, or its local
-    upload target): never trusted from the store alone."""
-    roots = readable_roots(ctx)
-    target = ctx.params.get("upload.target")
-    if isinstance(target, str) and target and "://" not in target:
-        roots.append(Path(target))
-    if roots:
-        resolve_inside(path, roots, resolve_roots=False)
-    else:
-        check_photo(ctx, path)
+def _wait_for_leaving(ctx: ItemContext, job: int, path: str) -> None:
+    """``Deferred`` when the photo holding ``path`` (the old path a move goes back to) is one this
+    undo job will move away: the job took the name again after freeing it (a burst renamed, then
+    archived), so the later taker's undo goes first — the exact reverse order of the effects, across
+    photos, whatever order the items run in. Returns when the holder is not such a photo."""
+    holder = log.leaving_occupant(ctx.engine, ctx.lease.job_id, job, path, ctx.lease.photo_id or 0)
+    if holder is not None:
+        raise Deferred(f"{path} is held by photo {holder} until its own undo in this job moves it", DEFER)
 
 
 # -- reversing ------------------------------------------------------------------------------------
@@ -146,14 +117,15 @@ def _reverse(ctx: ItemContext, effects: FileEffects, unit: list[Effect]) -> list
             plans.append(_plan(ctx, effects, r))
         failpoints.hit(f"{effects.lane}.after_stage")  # staged, nothing recorded yet
         ctx.check()  # last safe point: nothing recorded yet
+        # keeping what a restore displaces may refuse (a history store that is a symlink): untouched
+        intents = effects.record_unit(plans)
     except BaseException:
         for p in plans:
             if p["staged"] != p["source"]:
-                Path(p["staged"]).unlink(missing_ok=True)
+                effects.drop(Path(p["staged"]))
         raise
-    intents = effects.record_unit(plans)
     done = []
-    for intent, p in zip(intents, plans, strict=True):
+    for intent, p, r in zip(intents, plans, unit, strict=True):
         try:
             effects.apply_and_mark(
                 intent, kind=p["kind"], staged=p["staged"], target=p["target"], source=p["source"],
@@ -168,9 +140,26 @@ def _reverse(ctx: ItemContext, effects: FileEffects, unit: list[Effect]) -> list
             ) from None
         done.append(str(p["target"]))
         if p["kind"] == "move":
-            moved_from = Path(p["source"]).parent  # a rename's or archive's dated folders, if now empty
-            fileops.prune_empty_dirs(moved_from, effects._root_of(moved_from / "x"))
+            _remove_made_folders(ctx, effects, r, Path(p["source"]).parent)
     return done
+
+
+def _remove_made_folders(ctx: ItemContext, effects: FileEffects, r: Effect, moved_from: Path) -> None:
+    """The folders the undone effect made (a rename's, archive's or upload's dated folders), each
+    removed if empty now, by descriptor beneath its root (a folder that existed before stays; one
+    swapped for a symlink, or not empty, stops it). An effect that does not say which it made (logged
+    before they were recorded): its empty folders up to the root, as before."""
+    made = log.made_dirs(ctx.engine, r)
+    if made is None:
+        fileops.prune_empty_dirs(moved_from, effects.root_of(moved_from / "x"), within=effects.fs)
+        return
+    for folder in made:  # deepest first
+        try:
+            effects.fs.remove_folder(Path(folder))
+        except FileNotFoundError:
+            continue  # removed already (a sidecar's undo, an earlier attempt)
+        except (OSError, OutsideRoot):
+            return
 
 
 def _plan(ctx: ItemContext, effects: FileEffects, r: Effect) -> dict[str, Any]:
@@ -178,26 +167,80 @@ def _plan(ctx: ItemContext, effects: FileEffects, r: Effect) -> dict[str, Any]:
     target_now = Path(r.to_path)
     effects.sweep_temps(target_now.parent)
     if r.effect == "replace":
-        kept = history.kept_file(r.kept, r.before_sha256)
-        staged = fileops.stage_copy(kept, target_now, effects.tag)
-        if fileops.sha256_file(staged) != r.before_sha256:
-            staged.unlink(missing_ok=True)
-            raise PhotoError(kept, "the kept original did not copy intact; not restored")
+        # a whole copy, or a delta rebuilt against the photo as it is now (verified by SHA-256)
+        staged = history.stage_original(
+            r.kept, r.before_sha256, target_now, effects.tag, within=effects.fs, bases=[target_now]
+        )
+        if fileops.content_sha256(staged, within=effects.fs) != r.before_sha256:
+            effects.drop(staged)
+            raise PhotoError(Path(str(r.kept)), "the kept original did not copy intact; not restored")
         return {"kind": "replace", "staged": staged, "target": target_now, "source": target_now,
                 "sha256": r.before_sha256, "base_sha256": r.after_sha256, "companion": r.sidecar,
                 "detail": {**detail, "kind": "metadata edit"}}  # fmt: skip
     if r.effect == "move" and r.from_path:
-        staged = link_staged(target_now, effects.tag) or target_now
+        staged = link_staged(target_now, effects.tag, within=effects.fs) or target_now
+        # a copy an undo removed goes back where it was (a redo), one it put back goes away again
+        copy = r.kind in COPIES
+        kind = RESTORES.get(r.kind) or {v: k for k, v in RESTORES.items()}.get(r.kind) or "move"
         return {"kind": "move", "staged": staged, "target": Path(r.from_path), "source": target_now,
-                "sha256": r.after_sha256, "base_sha256": r.after_sha256, "companion": r.sidecar,
-                "detail": {**detail, "kind": "move"}}  # fmt: skip
+                "sha256": r.after_sha256, "base_sha256": r.after_sha256, "companion": r.sidecar or copy,
+                "detail": {**detail, "kind": kind}}  # fmt: skip
     if r.effect == "publish" and r.after_sha256:
-        # a copy (upload) or a new sidecar: moved into the history store, kept until retention
-        store = history.store_for(effects._root_of(Path(ctx.photo_path or r.to_path)))
-        away = history.blob_path(store, r.after_sha256).with_name(f"{r.after_sha256}.removed-{r.intent_id}")
-        staged = link_staged(target_now, effects.tag) or target_now
+        # a copy (upload) or a new sidecar: moved into the history store, kept until retention (a
+        # store that is a symlink or not a folder refuses the undo: nothing is moved anywhere else)
+        photo = Path(ctx.photo_path or r.to_path)
+        away = history.removed_path(photo, r.after_sha256, r.intent_id, within=effects.fs)
+        staged = link_staged(target_now, effects.tag, within=effects.fs) or target_now
         return {"kind": "move", "staged": staged, "target": away, "source": target_now,
                 "sha256": r.after_sha256, "base_sha256": r.after_sha256, "companion": True,
                 "detail": {**detail, "kind": "upload removed" if r.lane == "upload" else "file removed",
                            "kept": str(away)}}  # fmt: skip
     raise PhotoError(target_now, f"cannot undo a {r.effect} effect")
+
+
+# -- restoring a version on purpose (photojobs restore) ---------------------------------------------
+def restore_item(ctx: ItemContext) -> dict[str, Any]:
+    """Bring back a kept version of the photo (``store.history.plan_restore``) over whatever it holds
+    now — an edit by hand included, on purpose — as a metadata edit does: staged from the verified
+    kept file, recorded (the version it displaces kept in the history first, so the restore can be
+    undone), replaced atomically beneath the job's roots, marked. A photo already at that version is
+    left alone; one whose current version cannot be kept is refused, untouched."""
+    effects = FileEffects(ctx)
+    effects.lane = f"restore.{ctx.spec.name}"
+    effects.recover()
+    source = log.effect_by_id(ctx.engine, int(ctx.params[RESTORE_FROM]))
+    target = Path(ctx.photo_path or "?")
+    if source is None or source.photo_id != ctx.lease.photo_id or source.before_sha256 is None:
+        raise PhotoError(target, "not restored: the version asked for is not one of this photo's")
+    effects.fs.lstat(target)  # OutsideRoot (or NotBeneath): the photo is beneath the job's roots
+    have = content_of(target, within=effects.fs)
+    if have is None:
+        raise PhotoError(target, "not restored: the photo is gone")
+    if have == source.before_sha256:
+        return {"restored": 0, "note": "already that version"}
+    effects.sweep_temps(target.parent)
+    # a whole copy, or a delta rebuilt against its base (the photo now, or the history store)
+    staged = history.stage_original(
+        source.kept, source.before_sha256, target, effects.tag, within=effects.fs, bases=[target]
+    )
+    plan: dict[str, Any] = {
+        "kind": "replace", "staged": staged, "target": target, "source": target,
+        "sha256": source.before_sha256, "base_sha256": have, "companion": False,
+        "detail": {"kind": "restored", "restores": source.id},
+    }  # fmt: skip
+    try:
+        if fileops.content_sha256(staged, within=effects.fs) != source.before_sha256:
+            kept_at = Path(source.kept or target)
+            raise PhotoError(kept_at, "the kept version did not stage intact; not restored")
+        ctx.check()  # last safe point: nothing recorded yet
+        (intent,) = effects.record_unit([plan])
+    except BaseException:
+        effects.drop(staged)
+        raise
+    if not plan["detail"].get("kept"):  # the version it would displace is not kept: refused
+        effects.discard(intent, "replace", staged, target, "current version not kept", source=target)
+        raise PhotoError(target, f"not restored: its current version (sha256 {have}) could not be kept")
+    effects.apply_and_mark(
+        intent, kind="replace", staged=staged, target=target, source=target, sha256=source.before_sha256
+    )
+    return {"restored": 1, "effect": source.id, "sha256": source.before_sha256}

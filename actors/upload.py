@@ -7,7 +7,6 @@ their own after the photo (conditional, content-addressed: a repeat is a no-op).
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -17,6 +16,7 @@ from middleware.context import ItemContext
 from photos import fileops
 from photos.containment import Pinned, pin_inside
 from photos.errors import PhotoError
+from photos.params import ALLOWED_ROOTS_KEY
 from photos.sidecar import companion_target, companions
 from photos.upload import LocalTarget, S3Target, UploadResult, UploadTarget, object_key, parse_target
 from store.history import RemoteEffect, log_remote
@@ -56,7 +56,8 @@ def _upload(
     sha = pinned.sha256()
     facts = {**facts, "sha256": sha}
     key = object_key(opts.get("key"), facts, path, fallback_time(facts, path))
-    target = spec.connect()
+    allowed = ctx.params.get(ALLOWED_ROOTS_KEY)  # a local folder is made beneath them, none followed
+    target = spec.connect(within=None if allowed is None else [Path(r) for r in allowed])
     sidecars = [(c, sidecar_key(c, path, key), fileops.sha256_file(c)) for c in companions(path)]
     failpoints.hit("upload.after_check")
     if isinstance(target, S3Target):
@@ -86,14 +87,14 @@ def _upload(
     effects.sweep_temps(dest.parent)
     # the photo and its sidecars, each unless the same content is there already
     unit = [(path, key, sha, False)] + [(c, c_key, c_sha, True) for c, c_key, c_sha in sidecars]
-    todo = [(f, k, h, comp) for f, k, h, comp in unit if not _present(target.destination(k), h)]
+    todo = [(f, k, h, comp) for f, k, h, comp in unit if not _present(effects, target.destination(k), h)]
     locations = [str(target.destination(k)) for _, k, _, comp in unit if comp]
     side = {"sidecars": locations} if locations else {}
     if not todo:
         return {"location": str(dest), "key": key, "sha256": sha, "already_present": True, **side}
     for f, k, _, comp in todo:
         taken = target.destination(k)
-        if comp and os.path.lexists(taken):  # another sidecar under that key: never clobbered
+        if comp and effects.fs.lstat(taken) is not None:  # another sidecar under that key: never clobbered
             raise PhotoError(f, f"conflict: {taken} exists with other content; not overwritten")
     staged = [target.stage(f if comp else pinned.name, k, h, effects.tag) for f, k, h, comp in todo]
     failpoints.hit("upload.after_stage")
@@ -158,5 +159,6 @@ def sidecar_key(sidecar: Path, photo: Path, key: str) -> str:
     return str(companion_target(sidecar, photo, PurePosixPath(key)))  # type: ignore[arg-type]
 
 
-def _present(dest: Path, sha: str) -> bool:
-    return dest.is_file() and not dest.is_symlink() and fileops.sha256_file(dest) == sha
+def _present(effects: FileEffects, dest: Path, sha: str) -> bool:
+    """The destination holds ``sha`` already (a regular file, read beneath the upload folder)."""
+    return fileops.content_sha256(dest, within=effects.fs) == sha

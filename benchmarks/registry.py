@@ -33,6 +33,7 @@ MODULES = (
     "benchmarks.priority",
     "benchmarks.million",
     "benchmarks.cycle",
+    "benchmarks.exif_lane",  # issue 40: the exif lane against exiftool alone
 )
 
 FIRST = ("goals", "shapes")  # run (and listed) first, whatever the import order

@@ -17,9 +17,16 @@ from typing import Any
 
 from dramatiq.middleware.threading import Interrupt
 
+from store.intents import TargetTaken
+
 from .context import ItemContext, Stopped, set_current
 
 log = logging.getLogger("photojobs.batch")
+
+#: An expected race: another item took the target name first (the store refused the intent, or
+#: the name was taken on disk: nothing is ever clobbered). The item is retried (its next attempt
+#: finds the target settled); logged as one warning line, with no traceback logged or kept.
+EXPECTED_RACES: tuple[type[BaseException], ...] = (TargetTaken, FileExistsError)
 
 
 def run_batch(
@@ -52,7 +59,9 @@ def run_batch(
                 ctx.result = body(ctx)
             except (Exception, Interrupt) as exc:  # noqa: BLE001 - the item's outcome, not the batch's
                 ctx.error = exc
-                if isinstance(exc, throws):
+                if isinstance(exc, EXPECTED_RACES):
+                    log.warning("item %s met a race, retried: %s: %s", ctx.item_id, type(exc).__name__, exc)
+                elif isinstance(exc, throws):
                     log.warning("item %s failed with expected exception %s", ctx.item_id, type(exc).__name__)
                 else:
                     log.error("item %s failed with unhandled exception", ctx.item_id, exc_info=True)

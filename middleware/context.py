@@ -21,6 +21,7 @@ STOP_CANCEL = "cancel"
 STOP_PAUSE = "pause"
 STOP_LOST = "lost"  # the lease is gone: another worker may own the item now
 STOP_SHUTDOWN = "shutdown"  # the worker process is shutting down
+STOP_DEFER = "defer"  # the item cannot go on before another item of its job: pending again, later
 
 
 class Stopped(Exception):  # noqa: N818 - it is a signal, not an error
@@ -30,6 +31,16 @@ class Stopped(Exception):  # noqa: N818 - it is a signal, not an error
         self.kind = kind
         self.reason = reason
         super().__init__(f"stopped ({kind}): {reason}")
+
+
+class Deferred(Stopped):
+    """Raised by an item that must wait for another item of its job (an undo moving a photo back
+    into a name another photo of the job still holds, until that photo's own undo moves it away):
+    the item goes back to ``pending`` for ``delay`` seconds, its attempt given back, holding nothing."""
+
+    def __init__(self, reason: str, delay: float) -> None:
+        super().__init__(STOP_DEFER, reason)
+        self.delay = delay
 
 
 @dataclass

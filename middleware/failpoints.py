@@ -1,7 +1,8 @@
 """Test-only failpoints at the step boundaries of the file-effect protocol.
 
 ``PHOTOJOBS_FAILPOINTS=rename.after_record,exif.after_stage:stop`` makes the worker process SIGKILL
-itself (or, with ``:stop``, SIGSTOP itself — a frozen worker) when it reaches a named boundary.
+itself (or, with ``:stop``, SIGSTOP itself — a frozen worker — outside any heartbeat transaction;
+with ``:freeze``, SIGSTOP at once, whatever it holds) when it reaches a named boundary.
 With ``:wait`` it pauses there instead: it creates ``{name}.reached`` in ``PHOTOJOBS_FAILPOINT_DIR``
 and goes on once ``{name}.go`` appears there (a test changes the disk inside the gap meanwhile).
 """
@@ -27,6 +28,11 @@ def hit(name: str) -> None:
             continue
         if action == "wait":
             _wait(name)
+        elif action == "freeze":
+            # Frozen where it stands, whatever the process holds: a finish's open transaction
+            # (``finish.before_commit``), while the heartbeat may be waiting for its lock.
+            os.kill(os.getpid(), signal.SIGSTOP)
+            time.sleep(1.0)
         elif action == "stop":
             from middleware.heartbeat import BEAT_LOCK
 

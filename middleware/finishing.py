@@ -17,6 +17,8 @@ from store.items import lane_lock_request
 from store.lanes import LaneSpec
 from store.photo_locks import LockRequest
 
+from . import failpoints
+from .batch import EXPECTED_RACES
 from .context import STOP_LOST, STOP_SHUTDOWN, ItemContext, Stopped
 from .heartbeat import Heartbeat
 from .locks import LockMiddleware
@@ -70,7 +72,11 @@ def fenced_write(owner: Owner, ctx: ItemContext, what: str, write: Callable[[Ses
     """``write(session)`` committed through the item's fence; its value, once committed."""
     lease = ctx.lease
     with fenced(owner.engine, lease.item_id, lease.token, worker=owner.worker, what=what) as s:
-        return write(s)
+        done = write(s)
+        # tests: a worker frozen (``:stop``) inside its finish, the job's row share-locked and not
+        # committed: the store ends the idle transaction within the lease TTL (``store.engine``)
+        failpoints.hit("finish.before_commit")
+        return done
 
 
 def release(owner: Owner, ctx: ItemContext, reason: str) -> None:
@@ -129,11 +135,14 @@ class Finisher:
             if exception.kind == STOP_LOST:
                 log.warning("item %s token %s: lease lost; nothing written", lease.item_id, lease.token)
                 return None
-            return "stop", lambda s: store_items.stop(s, lease, who, str(exception))
-        permanent = isinstance(exception, throws)
+            delay = getattr(exception, "delay", None)  # a Deferred item: pending again, later
+            return "stop", lambda s: store_items.stop(s, lease, who, str(exception), delay=delay)
+        race = isinstance(exception, EXPECTED_RACES)  # declared to Dramatiq (no traceback), retried
+        permanent = isinstance(exception, throws) and not race
         error = str(exception) if permanent else f"{type(exception).__name__}: {exception}"
         retry = not permanent
-        trace = None if permanent else bounded_trace(exception)  # an unexpected exception's traceback
+        unexpected = not (permanent or race)
+        trace = bounded_trace(exception) if unexpected else None  # an unexpected exception's traceback
         return "fail", lambda s: store_items.fail(s, spec, lease, error, who, retry=retry, trace=trace)
 
     def _alone(self, ctx: ItemContext, what: str, write: Callable[[Session], Any]) -> None:
@@ -194,6 +203,7 @@ class Finisher:
                 for ctx, _, write in plans:
                     if ctx.item_id not in done:
                         write(s)
+                failpoints.hit("finish.before_commit")  # tests: frozen inside a batch's finish
         except Exception as exc:  # noqa: BLE001 - each item on its own says what went wrong
             log.debug("batch finish failed (%s); finishing its items one by one", error_text(exc))
             for ctx, what, write in plans:

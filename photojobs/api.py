@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 
 from photojobs.config import Settings
 from photojobs.doorbell import ring_sweepers
-from photojobs.history import photo_history, prune_history, submit_undo
+from photojobs.history import photo_history, prune_history, submit_restore, submit_undo
 from photojobs.roots import (
     OUTPUT_ROOTS_ENV,
     ROOTS_ENV,
@@ -37,13 +37,16 @@ from photos.params import ALLOWED_ROOTS_KEY, SKIPPED_KEY, refuse_untrusted, vali
 from photos.raw import is_raw
 from photos.sidecar import is_sidecar, owner_of
 from store import console as store_console
+from store import control as store_control
 from store import events as store_events
+from store import idempotency as store_idempotency
 from store import jobs as store_jobs
 from store import lane_control as store_lane_control
 from store import listing as store_listing
 from store import retention as store_retention
 from store import retry as store_retry
-from store.engine import make_engine
+from store import waiting as store_waiting
+from store.engine import make_engine, shortest_lease_ttl
 from store.errors import BacklogFull, NotApplicable, SubmissionError, UnknownJob
 from store.lanes import all_lanes, parse_lanes
 from store.schema import upgrade
@@ -70,12 +73,9 @@ class BadParameter(SubmissionError, InvalidParameter):
     """A job parameter that is unknown for the job's lanes or malformed."""
 
 
-# Which job states each control action applies to (anything else: NotApplicable, HTTP 409).
-CONTROL_APPLIES = {
-    "cancel": ("running", "pausing", "paused"),
-    "pause": ("running",),
-    "resume": ("paused", "pausing"),
-}
+# Which job states each control action applies to (anything else: NotApplicable, HTTP 409): decided
+# in ``store.control`` under the job's row lock, for this API and the CLI alike.
+CONTROL_APPLIES = store_control.CONTROL_APPLIES
 
 
 # Why a folder scan left a file out (the submission result's ``skipped`` counts these).
@@ -232,6 +232,32 @@ class SubmittedJob(store_jobs.Submitted):
 
     skipped: dict[str, int] = field(default_factory=dict)
     left_out: list[dict[str, str]] = field(default_factory=list)
+    replayed: bool = False  # answered from an earlier request with the same idempotency key
+    broker_reached: bool = True  # False: Redis did not answer; the job waits in the store for it
+
+    def as_dict(self) -> dict[str, Any]:
+        """The submission's answer (``POST /api/jobs``, ``submit --json``)."""
+        out: dict[str, Any] = {"job": self.job_id, "items": self.items, "skipped": self.skipped}
+        out["left_out"] = self.left_out
+        if self.replayed:
+            out["replayed"] = True
+        return out
+
+
+def submit_request(
+    lanes: str | Sequence[str],
+    paths: Iterable[str | Path],
+    params: Mapping[str, Any] | None,
+    priority: str | None,
+) -> dict[str, Any]:
+    """A submission's request as its idempotency key's hash covers it: what was asked, as given."""
+    names = [n.strip() for n in (lanes.split(",") if isinstance(lanes, str) else lanes) if n.strip()]
+    return {
+        "lanes": names,
+        "paths": [str(p) for p in paths],
+        "params": dict(params or {}),
+        "priority": priority,
+    }
 
 
 @dataclass(frozen=True)
@@ -279,6 +305,39 @@ class Client:
         refuses an S3 endpoint, a raw ``s3://`` target and, unless ``diagnostics``, the noop lane's
         fault parameters. ``upload.target_name`` picks a target from ``PHOTOJOBS_UPLOAD_TARGETS``.
         """
+        names, clean, named = self.check_job(lanes, params, untrusted=untrusted, diagnostics=diagnostics)
+        paths_list = [str(p) for p in paths]
+        if allowed_roots is not None:
+            paths_list = confine(paths_list, [Path(r) for r in allowed_roots])
+        scan = scan_photos(paths_list, any_file=names == ["noop"])
+        roots = scan.roots
+        if allowed_roots is not None:
+            check_found(scan.photos, [Path(r) for r in allowed_roots])
+        allowed = self.confine_job(
+            names, clean, named, roots, allowed_roots=allowed_roots, output_roots=output_roots
+        )
+        inputs = [_photo_input(p) for p in scan.paths]
+        # "The same job" is the same command: the paths as given (resolved), lanes and params; not the
+        # files found, since a rename or archive moves them out of the way.
+        given = [str(Path(p).expanduser().resolve()) for p in paths_list]
+        fingerprint = store_jobs.job_fingerprint(names, given, clean)
+        if allowed is not None:
+            clean[ALLOWED_ROOTS_KEY] = allowed
+        if scan.skipped:
+            clean[SKIPPED_KEY] = dict(scan.skipped)
+        return Plan(names, clean, inputs, [str(r) for r in roots], fingerprint, scan.skipped, scan.left_out)
+
+    def check_job(
+        self,
+        lanes: str | Sequence[str],
+        params: Mapping[str, Any] | None,
+        *,
+        untrusted: bool = False,
+        diagnostics: bool = False,
+    ) -> tuple[list[str], dict[str, Any], dict[str, NamedTarget]]:
+        """A job's lanes and parameters checked (:meth:`plan`'s first step, also ``sync``'s): the
+        lane names, the parameters parsed (a named upload target filled in) and the operator's
+        named targets. ``UnknownLane``, ``BadParameter``."""
         try:
             names = parse_lanes(list(lanes) if not isinstance(lanes, str) else lanes)
         except ValueError as exc:
@@ -291,16 +350,23 @@ class Client:
                 refuse_untrusted(clean, diagnostics=diagnostics)
         except InvalidParameter as exc:
             raise BadParameter(str(exc)) from None
-        env = self.settings.env
-        named = parse_upload_targets(env.get(UPLOAD_TARGETS_ENV))
+        named = parse_upload_targets(self.settings.env.get(UPLOAD_TARGETS_ENV))
         _pick_named_target(clean, named)
-        paths_list = [str(p) for p in paths]
-        if allowed_roots is not None:
-            paths_list = confine(paths_list, [Path(r) for r in allowed_roots])
-        scan = scan_photos(paths_list, any_file=names == ["noop"])
-        roots = scan.roots
-        if allowed_roots is not None:
-            check_found(scan.photos, [Path(r) for r in allowed_roots])
+        return names, clean, named
+
+    def confine_job(
+        self,
+        names: Sequence[str],
+        clean: dict[str, Any],
+        named: Mapping[str, NamedTarget],
+        roots: Sequence[Path],
+        *,
+        allowed_roots: Sequence[str | Path] | None = None,
+        output_roots: Sequence[str | Path] | None = None,
+    ) -> list[str] | None:
+        """Fill in the default destinations (from the first of ``roots``) and, when photo or output
+        roots are known, check every local destination against them (``OutsideRoots``); returns
+        the real folders the job may use (recorded as ``job.allowed_roots``), None unconfined."""
         given_keys = set(clean)
         if roots:
             base = roots[0]
@@ -309,6 +375,7 @@ class Client:
             if "archive" in names:
                 clean.setdefault("archive.root", f"{base}-archive")
                 clean.setdefault("archive.bundle", "none")
+        env = self.settings.env
         dest_roots = (
             [Path(r) for r in allowed_roots] if allowed_roots is not None else parse_roots(env.get(ROOTS_ENV))
         )
@@ -317,20 +384,10 @@ class Client:
             if output_roots is not None
             else parse_roots(env.get(OUTPUT_ROOTS_ENV))
         )
-        confined = allowed_roots is not None or bool(dest_roots) or bool(out_roots)
-        if confined:
-            _confine_destinations(clean, given_keys, dest_roots, [*out_roots, *_local_targets(named)])
-        inputs = [_photo_input(p) for p in scan.paths]
-        # "The same job" is the same command: the paths as given (resolved), lanes and params; not the
-        # files found, since a rename or archive moves them out of the way.
-        given = [str(Path(p).expanduser().resolve()) for p in paths_list]
-        fingerprint = store_jobs.job_fingerprint(names, given, clean)
-        if confined:
-            allowed = [*dest_roots, *out_roots, *_local_targets(named)]
-            clean[ALLOWED_ROOTS_KEY] = sorted({str(r) for r in real_roots(allowed)})
-        if scan.skipped:
-            clean[SKIPPED_KEY] = dict(scan.skipped)
-        return Plan(names, clean, inputs, [str(r) for r in roots], fingerprint, scan.skipped, scan.left_out)
+        if not (allowed_roots is not None or dest_roots or out_roots):
+            return None
+        _confine_destinations(clean, given_keys, dest_roots, [*out_roots, *_local_targets(named)])
+        return sorted({str(r) for r in real_roots([*dest_roots, *out_roots, *_local_targets(named)])})
 
     def submit(
         self,
@@ -340,39 +397,102 @@ class Client:
         *,
         plan: Plan | None = None,
         priority: str | None = None,
+        idempotency_key: str | store_idempotency.Idempotency | None = None,
     ) -> SubmittedJob:
         """Write the job, its photos and items (in short chunks; see ``store.jobs.submit``) and return
         its id, counts and what the folder scan left out (``skipped``, by reason); raise
         ``BacklogFull`` past a bound, before anything is written. ``priority``: "interactive" (goes
         before the lanes' backlog: a user waiting for an upload), "normal", or None: interactive when
-        it has at most ``PHOTOJOBS_INTERACTIVE_PHOTOS`` (16) photos."""
+        it has at most ``PHOTOJOBS_INTERACTIVE_PHOTOS`` (16) photos.
+
+        ``idempotency_key``: a retry with the same key and the same request (lanes, paths, params,
+        priority as given) answers the first job (``replayed``) and writes nothing; the same key with
+        another request raises ``store.idempotency.KeyReused``. The key is recorded in the
+        transaction that creates the job and kept ``PHOTOJOBS_IDEMPOTENCY_KEEP``."""
+        idem = idempotency_key
+        if isinstance(idem, str):
+            idem = store_idempotency.make("jobs", idem, submit_request(lanes, paths, params, priority))
+        if idem is not None:
+            earlier = self.earlier_submission(idem)
+            if earlier is not None:
+                return earlier
         plan = plan or self.plan(lanes, paths, params)
-        submitted = store_jobs.submit(
-            self.engine,
-            [self.specs[n] for n in plan.lanes],
-            plan.photos,
-            params=plan.params,
-            roots=plan.roots,
-            fingerprint=plan.fingerprint,
-            bundle_lanes=["archive"] if plan.params.get("archive.bundle", "none") != "none" else [],
-            priority=priority,
-        )
-        ring_sweepers(self.settings.redis_url)  # dispatched now, not at the next sweep pass
-        return SubmittedJob(
-            submitted.job_id, submitted.items, submitted.photos, dict(plan.skipped), list(plan.left_out)
-        )
+        try:
+            submitted = store_jobs.submit(
+                self.engine,
+                [self.specs[n] for n in plan.lanes],
+                plan.photos,
+                params=plan.params,
+                roots=plan.roots,
+                fingerprint=plan.fingerprint,
+                bundle_lanes=["archive"] if plan.params.get("archive.bundle", "none") != "none" else [],
+                priority=priority,
+                idempotency=idem,
+            )
+        except store_idempotency.Replay as earlier:
+            return _replayed(earlier)
+        rung = ring_sweepers(self.settings.redis_url)  # dispatched now, not at the next sweep pass
+        done = SubmittedJob(
+            submitted.job_id, submitted.items, submitted.photos, dict(plan.skipped), list(plan.left_out),
+            broker_reached=rung,
+        )  # fmt: skip
+        if idem is not None and idem.scope == "jobs":
+            answer = {"job": done.job_id, "items": done.items, "photos": done.photos, "skipped": done.skipped}
+            store_idempotency.record_response(self.engine, idem, answer)
+        return done
+
+    def earlier_submission(self, idem: store_idempotency.Idempotency) -> SubmittedJob | None:
+        """The answer of an earlier submission with this key and request (``replayed``), None if the
+        key is new; ``KeyReused`` when it came with another request."""
+        earlier = store_idempotency.look_up(self.engine, idem)
+        return None if earlier is None else _replayed(earlier)
 
     def find_same_job(self, plan: Plan) -> int | None:
         """The newest job with the same paths, lanes and params (``photojobs run`` resumes it)."""
         return store_jobs.find_job_by_fingerprint(self.engine, plan.fingerprint)
 
-    def status(self, job_id: int | None = None) -> store_jobs.JobStatus:
+    def sync(
+        self,
+        lanes: str | Sequence[str],
+        paths: Iterable[str | Path],
+        params: Mapping[str, Any] | None = None,
+        *,
+        outdated: bool = False,
+        allowed_roots: Sequence[str | Path] | None = None,
+        untrusted: bool = False,
+        diagnostics: bool = False,
+        priority: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Any:
+        """Walk ``paths`` and submit one job for the photos that are new or changed since the store
+        last saw them (``photojobs.sync``): a ``SyncReport`` (``as_dict()``: ``{"job", "new",
+        "changed", "unchanged", "moved", "missing", …}``). ``outdated``: also each lane again where
+        its recorded version differs. ``allowed_roots`` (the web API's photo roots): every path
+        must lie inside them. ``SubmissionError`` (a path that does not exist), ``BacklogFull``.
+        ``idempotency_key``: as ``submit``'s; a replay answers the first sync's report
+        (``replayed``), ``KeyReused`` for another request."""
+        from photojobs.sync import sync
+
+        return sync(
+            self, lanes, paths, params, outdated=outdated, allowed_roots=allowed_roots,
+            untrusted=untrusted, diagnostics=diagnostics, priority=priority,
+            idempotency_key=idempotency_key,
+        )  # fmt: skip
+
+    def status(self, job_id: int | None = None, *, why_waiting: bool = True) -> store_jobs.JobStatus:
+        """The job's status (the newest job's when None); ``why_waiting``: with ``waiting``, why its
+        items are not moving (``store.waiting``: lane paused, no live worker, backoff, photo locked,
+        job paused), and ``waiting_for`` when nothing of it can move."""
         if job_id is None:
             jobs = store_jobs.list_jobs(self.engine, limit=1)
             if not jobs:
                 raise UnknownJob(0)
-            return jobs[0]
-        return store_jobs.job_status(self.engine, job_id)
+            st = jobs[0]
+        else:
+            st = store_jobs.job_status(self.engine, job_id)
+        if why_waiting:
+            store_waiting.explain(self.engine, [st])
+        return st
 
     def events(
         self, *, after: int = 0, job_id: int | None = None, limit: int = 1000
@@ -384,13 +504,15 @@ class Client:
         return store_listing.latest_events(self.engine, job_id=job_id, limit=limit)
 
     def cancel(self, job_id: int) -> int:
-        return store_jobs.cancel(self.engine, job_id)
+        """Cancel the job; ``NotApplicable`` (``store.control.ControlRefused``) when it has finished."""
+        return store_control.cancel(self.engine, job_id, lease_ttl=shortest_lease_ttl(self.settings.env))
 
     def pause(self, job_id: int) -> int:
-        return store_jobs.pause(self.engine, job_id)
+        """Pause a running job; ``NotApplicable`` otherwise (a finished job stays finished)."""
+        return store_control.pause(self.engine, job_id, lease_ttl=shortest_lease_ttl(self.settings.env))
 
     def resume(self, job_id: int) -> int:
-        changed = store_jobs.resume(self.engine, job_id)
+        changed = store_control.resume(self.engine, job_id, lease_ttl=shortest_lease_ttl(self.settings.env))
         ring_sweepers(self.settings.redis_url)
         return changed
 
@@ -399,16 +521,15 @@ class Client:
         (e.g. resuming a cancelled job); returns how many items changed at once."""
         if action not in CONTROL_APPLIES:
             raise ValueError(f"unknown action {action!r}; actions: {', '.join(CONTROL_APPLIES)}")
-        state = self.status(job_id).state
-        if state not in CONTROL_APPLIES[action]:
-            raise NotApplicable(f"cannot {action} job {job_id}: it is {state}")
-        return int(getattr(self, action)(job_id))
+        return int(getattr(self, action)(job_id))  # the store decides whether it applies
 
     def list_jobs(
         self, *, state: str | None = None, limit: int = 20, after: int | None = None
     ) -> tuple[list[store_jobs.JobStatus], int | None]:
         """Jobs newest first, a page of ``limit``; pass the returned cursor as ``after`` for the next."""
-        return store_console.find_jobs(self.engine, state=state, limit=limit, after=after)
+        jobs, nxt = store_console.find_jobs(self.engine, state=state, limit=limit, after=after)
+        store_waiting.explain(self.engine, jobs)
+        return jobs, nxt
 
     def items(
         self,
@@ -472,13 +593,24 @@ class Client:
         photo path); a page of ``limit`` and the cursor of the next (None at the end). A search is
         bounded by ``PHOTOJOBS_SEARCH_TIMEOUT`` (3 s): ``SearchTooCostly``, ``SearchBusy``."""
         timeout = float(self.settings.env.get("PHOTOJOBS_SEARCH_TIMEOUT") or store_console.SEARCH_TIMEOUT)
-        return store_console.find_jobs(
+        jobs, nxt = store_console.find_jobs(
             self.engine, state=state, query=search, limit=limit, after=after, timeout=timeout
         )
+        store_waiting.explain(self.engine, jobs)
+        return jobs, nxt
 
     def job_times(self, status: store_jobs.JobStatus) -> store_console.JobTimes:
-        """Created, started, finished, durations and an ETA from the lanes' recent rates."""
-        return store_console.job_times(self.engine, status)
+        """Created, started, finished, durations and an ETA from the work left (``store.eta``)."""
+        return store_console.job_times(self.engine, status, self.specs)
+
+    def etas(self, jobs: Sequence[store_jobs.JobStatus]) -> dict[int, float | None]:
+        """The ETA of each running job of a listing that something can move (``job_times``), for
+        the jobs list; the others are not asked (a finished, paused or waiting job has none)."""
+        return {
+            st.job_id: self.job_times(st).eta
+            for st in jobs
+            if st.state == "running" and not st.waiting_for
+        }
 
     def failure_group(self, job_id: int, lane: str, state: str, reason: str) -> list[int]:
         """The item ids of one failure group (lane, state, reason class) of a job."""
@@ -548,7 +680,7 @@ class Client:
             lanes.append(
                 {
                     **entry,
-                    "depth": {st: depths.get(name, {}).get(st, 0) for st in store_console.DEPTH_STATES},
+                    "depth": _lane_depth(depths.get(name, {}), entry["paused"]),
                     # Per lane: the items each worker holds of it (leased, a batch's waiting ones
                     # too) and the threads running one of it now.
                     "workers": [
@@ -572,19 +704,44 @@ class Client:
         return store_listing.workers(self.engine)
 
     def prune(self, older_than: float | str) -> store_retention.Pruned:
-        """Delete finished jobs and events older than ``older_than`` (seconds, or ``"30d"``)."""
+        """Delete finished jobs and events older than ``older_than`` (seconds, or ``"30d"``), and the
+        idempotency keys older than ``PHOTOJOBS_IDEMPOTENCY_KEEP``."""
         seconds = store_retention.parse_age(older_than) if isinstance(older_than, str) else older_than
-        return store_retention.prune(self.engine, seconds)
+        return store_retention.prune(self.engine, seconds, self.settings.idempotency_keep)
 
     # -- history and undo (issue 31; store.history, actors.undo) ------------------------------------
-    def photo_history(self, photo: int | str) -> dict[str, Any]:
-        """``{"photo", "path", "history": [...]}`` of a photo id or path (``UnknownPhoto``)."""
-        return photo_history(self.engine, photo)
+    def photo_history(
+        self, photo: int | str, *, limit: int = 100, after: int | None = None
+    ) -> dict[str, Any]:
+        """``{"photo", "path", "history": [...], "next"}`` of a photo id or path (``UnknownPhoto``):
+        ``limit`` entries (1-1000) oldest first after effect ``after``; ``next`` is the ``after`` of
+        the next page, None on the last."""
+        return photo_history(self.engine, photo, limit=limit, after=after)
 
-    def undo(self, job_id: int, *, lane: str | None = None, uploads: bool = False) -> dict[str, Any]:
+    def undo(
+        self,
+        job_id: int,
+        *,
+        lane: str | None = None,
+        uploads: bool = False,
+        photos: Iterable[str] | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
         """Submit the undo of ``job_id``: ``{"job": UNDO_JOB_ID, "items": N}``, or ``{"job": None,
-        "items": 0, "note": why}`` when nothing of it is in effect (``UnknownJob``, ``ValueError``)."""
-        return submit_undo(self, job_id, lane=lane, uploads=uploads)
+        "items": 0, "note": why}`` when nothing of it is in effect (``UnknownJob``, ``ValueError``).
+        ``photos``: only these photos (their current paths; ``NotInJob``, a ``ValueError``, names a
+        path that is none of the job's). ``dry_run``: ``{"dry_run": True, "job": None, "plan":
+        [{"path", "action": "restore"|"refuse", "reason"}, …]}``, nothing changed or submitted."""
+        return submit_undo(self, job_id, lane=lane, uploads=uploads, photos=photos, dry_run=dry_run)
+
+    def restore(
+        self, photo: int | str, *, to_effect: int | None = None, before_job: int | None = None
+    ) -> dict[str, Any]:
+        """Bring back a kept version of a photo changed since (by hand, on purpose): the version
+        effect ``to_effect`` left, or the one before job ``before_job``. A job of one item:
+        ``{"job", "items", "sha256", "version"}``; the version it replaces is kept (``undo`` the job
+        to go back). ``UnknownPhoto``; ``ValueError`` naming why not (a version not kept …)."""
+        return submit_restore(self, photo, to_effect=to_effect, before_job=before_job)
 
     def prune_history(self, keep: float | str | None = None) -> int:
         """Remove displaced originals kept longer than ``keep`` (``PHOTOJOBS_HISTORY_KEEP``, 30d)."""
@@ -598,6 +755,14 @@ class Client:
 
 # Local destinations a job may name; each must resolve inside the photo or output roots when confined.
 DESTINATIONS = ("upload.target", "archive.root")
+
+
+def _replayed(earlier: store_idempotency.Replay) -> SubmittedJob:
+    """The answer of an earlier submission with the same key (its job; its counts once it landed)."""
+    answer = earlier.response or {}
+    job_id = earlier.job_id if earlier.job_id is not None else -1
+    skipped = dict(answer.get("skipped") or {})
+    return SubmittedJob(job_id, int(answer.get("items", 0)), int(answer.get("photos", 0)), skipped, [], True)
 
 
 def _pick_named_target(clean: dict[str, Any], named: Mapping[str, NamedTarget]) -> None:
@@ -627,6 +792,15 @@ def _confine_destinations(
         value = clean.get(key)
         if isinstance(value, str) and "://" not in value:
             clean[key] = confine_destination(key, value, photo_roots, output_roots, default=key not in given)
+
+
+def _lane_depth(counts: dict[str, int], lane_paused: bool) -> dict[str, int]:
+    """A lane's items not finished, by state; ``paused`` also counts the pending and queued items a
+    paused lane holds (they stay ``pending``, but nothing of them moves until the lane resumes)."""
+    depth = {st: counts.get(st, 0) for st in store_console.DEPTH_STATES}
+    if lane_paused:
+        depth["paused"] = depth.get("paused", 0) + depth.get("pending", 0) + depth.get("queued", 0)
+    return depth
 
 
 def _photo_input(path: str) -> store_jobs.PhotoInput:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -19,7 +20,7 @@ from photojobs.config import Settings, masked, service_error
 from photojobs.errors import EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE, ConfigError, ServiceUnavailable
 from photos.errors import InvalidParameter
 from photos.params import parse_param_pairs
-from store.errors import BacklogFull, StoreError, SubmissionError, UnknownJob
+from store.errors import BacklogFull, NotApplicable, StoreError, SubmissionError, UnknownJob
 from store.lanes import LANE_NAMES, parse_lanes
 
 _DEBUG = {"on": False}
@@ -119,23 +120,45 @@ def cli(verbose: int, debug: bool) -> None:
     help="interactive: runs before the lanes' queued backlog; normal: waits its turn "
     "[default: interactive when at most PHOTOJOBS_INTERACTIVE_PHOTOS (16) photos].",
 )
+@click.option(
+    "--idempotency-key",
+    "idempotency_key",
+    default=None,
+    metavar="KEY",
+    help="Run again with the same KEY and arguments: the first job's id, nothing submitted again "
+    "(another command line with the same KEY: exit 64). Keys are kept PHOTOJOBS_IDEMPOTENCY_KEEP.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print {job, items, skipped, left_out} as JSON.")
 @click.argument("paths", nargs=-1, required=True)
 def submit(
-    lanes: str, params: tuple[str, ...], priority: str | None, as_json: bool, paths: tuple[str, ...]
+    lanes: str,
+    params: tuple[str, ...],
+    priority: str | None,
+    idempotency_key: str | None,
+    as_json: bool,
+    paths: tuple[str, ...],
 ) -> None:
     """Submit a job over PATHS (files or folders, recursed); prints the job id."""
     try:
         result = _client().submit(
-            parse_lanes(lanes), list(paths), parse_param_pairs(params), priority=priority
+            parse_lanes(lanes),
+            list(paths),
+            parse_param_pairs(params),
+            priority=priority,
+            idempotency_key=idempotency_key,
         )
     except BacklogFull as exc:
         _fail(str(exc), EX_TEMPFAIL)
     except (InvalidParameter, SubmissionError, ValueError) as exc:
         _fail(str(exc), EX_USAGE)
+    if not result.broker_reached:  # on stderr: stdout stays the job id (or the JSON)
+        echo(
+            f"photojobs: job {result.job_id} is queued in the store, but Redis did not answer; "
+            "it runs once Redis is back and a sweeper (photojobs worker, photojobs sweep) dispatches it",
+            err=True,
+        )
     if as_json:
-        echo(json.dumps({"job": result.job_id, "items": result.items, "skipped": result.skipped,
-                         "left_out": result.left_out}))  # fmt: skip
+        echo(json.dumps(result.as_dict()))
     else:
         echo(result.job_id)
         if result.skipped:  # nothing left out silently (on stderr: stdout stays the job id)
@@ -152,20 +175,23 @@ def submit(
 def status(job: int | None, as_json: bool) -> None:
     """Job state, per-lane counts of items by state, and failures grouped by reason class with counts
     and example items (the newest job if JOB is omitted)."""
-    from photojobs.progress import failure_lines
+    from photojobs.progress import failure_lines, times_line, waiting_lines
 
     client = _client(existing=True)
     try:
         st = client.status(job)
         failures = [g.as_dict() for g in client.failures(st.job_id)]
+        times = client.job_times(st).as_dict()
     except UnknownJob as exc:
         _fail(str(exc) if job else "no jobs yet")
     if as_json:
         out = {"job": st.job_id, "state": st.state, "lanes": st.lanes}
         out |= {"submission": st.submission} if st.submission else {}
+        out |= {"waiting": st.waiting or [], "waiting_for": st.waiting_for, "times": times}
         echo(json.dumps(out | {"failures": failures}))
         return
-    echo(f"job {st.job_id}: {st.state}" + (f" (control: {st.control})" if st.control else ""))
+    echo(f"job {st.job_id}: {st.shown_state()}" + (f" (control: {st.control})" if st.control else ""))
+    echo(f"  {times_line(times)}")
     if st.submission:  # its photos are still landing, or its submitter died half-way
         sub = st.submission
         echo(
@@ -176,7 +202,15 @@ def status(job: int | None, as_json: bool) -> None:
         counts = st.lanes.get(lane, {})
         parts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         echo(f"  {lane:9} {parts}")
-    for line in failure_lines(st.job_id, failures):
+    if st.waiting:
+        echo("  why waiting:")
+        for line in waiting_lines(st.waiting):
+            echo(f"    {line}")
+    from photojobs.cli_web import STATE_META
+
+    state_dir = click.get_current_context().meta.get(STATE_META)  # kept in the closing hint
+    where = f" --state-dir {shlex.quote(str(state_dir))}" if state_dir is not None else ""
+    for line in failure_lines(st.job_id, failures, where):
         echo(f"  {line}")
 
 
@@ -185,8 +219,12 @@ def _format_event(e: dict[str, Any]) -> str:
     who = f" item {e['item']}" if e["item"] else ""
     lane = f" {e['lane']}" if e["lane"] else ""
     extra = f" {json.dumps(e['detail'])}" if e["detail"] else ""
-    head = f"{e['cursor']:>8} {at} job {e['job']}{lane}{who} {e['type']}"
-    return f"{head} attempt={e['attempt']} token={e['token']}{extra}"
+    job = f" job {e['job']}" if e.get("job") is not None else ""
+    cursor = "" if e.get("cursor") is None else e["cursor"]
+    head = f"{cursor:>8} {at}{job}{lane}{who} {e['type']}"
+    # Only what the event has: no ``attempt=None token=None`` on a job's or a worker's event.
+    tail = "".join(f" {k}={e[k]}" for k in ("attempt", "token") if e.get(k) is not None)
+    return f"{head}{tail}{extra}"
 
 
 @cli.command()
@@ -213,10 +251,12 @@ def events(job: int | None, after: int, follow: bool, as_json: bool) -> None:
 
 
 def _control(action: str, job: int) -> None:
+    """``action`` through the one rule of ``store.control`` (the web API's too): a finished job is
+    refused, naming its state, exit 1."""
     client = _client(existing=True)
     try:
-        n = getattr(client, action)(job)
-    except UnknownJob as exc:
+        n = client.control(action, job)
+    except (UnknownJob, NotApplicable) as exc:
         _fail(str(exc))
     st = client.status(job)
     echo(f"job {job}: {action} requested; {n} item(s) changed now; job is {st.state}")
@@ -300,14 +340,31 @@ def sweep(once: bool) -> None:
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Development: reload the workers when a *.py file under this folder changes.",
 )
-def worker(lanes: str, processes: int, threads: int, no_sweeper: bool, watch: Path | None) -> None:
+@click.option(
+    "--watch-photos",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Watch this photo folder and sync what settles in it (photojobs watch; repeatable).",
+)
+@click.option("--watch-lanes", default="analysis", show_default=True, help="The lanes --watch-photos syncs.")
+@click.option("--watch-poll", is_flag=True, help="--watch-photos polls instead of inotify (network mounts).")
+def worker(
+    lanes: str,
+    processes: int,
+    threads: int,
+    no_sweeper: bool,
+    watch: Path | None,
+    watch_photos: tuple[Path, ...],
+    watch_lanes: str,
+    watch_poll: bool,
+) -> None:
     """Run worker processes (each its own `dramatiq actors`) plus the sweeper until SIGTERM/Ctrl-C.
 
     The workers stop with this command however it ends (even SIGKILL); workers that an earlier,
     killed `photojobs worker` of this user left behind are stopped at start.
     """
     from photojobs.lifeline import runtime_dir, stop_orphans
-    from photojobs.supervisor import Supervisor
+    from photojobs.supervisor import Supervisor, store_recorder
     from photojobs.sweeper_service import Sweeper
     from store.engine import make_engine
     from store.schema import upgrade
@@ -331,6 +388,7 @@ def worker(lanes: str, processes: int, threads: int, no_sweeper: bool, watch: Pa
         processes,
         env=worker_env(threads, processes=processes),
         record=records / f"worker-{os.getpid()}.json",
+        on_event=store_recorder(make_engine(settings.database_url)),  # restarts by reason, in /metrics
     )
     sweeper = None if no_sweeper else Sweeper(settings)
     stop = threading.Event()
@@ -339,6 +397,9 @@ def worker(lanes: str, processes: int, threads: int, no_sweeper: bool, watch: Pa
     sup.start()
     if sweeper:
         sweeper.start()
+    from photojobs.cli_sync import worker_watcher
+
+    photo_watcher = worker_watcher(settings, watch_photos, watch_lanes, watch_poll)
     echo(
         f"photojobs worker: {processes} process(es) x {threads} thread(s) on {','.join(names)}"
         + (f", reloading on changes under {watch}" if watch else ""),
@@ -347,6 +408,8 @@ def worker(lanes: str, processes: int, threads: int, no_sweeper: bool, watch: Pa
     try:
         stop.wait()
     finally:
+        if photo_watcher is not None:
+            photo_watcher.stop()
         sup.stop()
         if sweeper:
             sweeper.stop()
@@ -457,8 +520,8 @@ def lane_resume(name: str, as_json: bool) -> None:
 def lane_list(as_json: bool) -> None:
     """Every lane and whether it is paused (and since when)."""
     lanes = _client(existing=True).lanes()
-    if as_json:
-        echo(json.dumps(lanes))
+    if as_json:  # the one shape of every listing: {"<things>": [...], "next": cursor or null}
+        echo(json.dumps({"lanes": lanes, "next": None}))
         return
     for entry in lanes:
         since = entry["paused_at"]
@@ -468,9 +531,13 @@ def lane_list(as_json: bool) -> None:
 
 
 from photojobs.cli_history import register as _register_history  # noqa: E402
+from photojobs.cli_schedule import register as _register_schedule  # noqa: E402
+from photojobs.cli_sync import register as _register_sync  # noqa: E402
 from photojobs.cli_web import register as _register_web  # noqa: E402 - after the commands above
 
 _register_history(cli)
+_register_sync(cli)
+_register_schedule(cli)
 
 _register_web(cli)
 

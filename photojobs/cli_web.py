@@ -8,6 +8,7 @@ import functools
 import ipaddress
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from photojobs.cli_support import echo, shown
 from store.errors import NotApplicable, StoreError, SubmissionError, UnknownJob
 
 EX_USAGE = 64
+EX_TEMPFAIL = 75  # try again later: e.g. the port is taken (sysexits.h)
 STATE_HELP = "Read the store of a `photojobs run` state folder (its .photojobs folder)."
 
 
@@ -78,9 +80,28 @@ def _with_state(command: click.Command) -> None:
     def wrapped(*args: Any, state_dir: Path | None = None, **kwargs: Any) -> Any:
         if state_dir is not None:
             use_state_dir(state_dir)
+            click.get_current_context().meta[STATE_META] = state_dir
         return callback(*args, **kwargs)
 
     command.callback = wrapped
+
+
+STATE_META = "photojobs.state_dir"  # the state folder this command was given (for its hints)
+
+
+def more_line(*words: object) -> str:
+    """``more: photojobs …``: the command that shows the next page — every filter it was given
+    (``words``) and its ``--state-dir``, each word quoted for a shell."""
+    ctx = click.get_current_context(silent=True)
+    state = ctx.meta.get(STATE_META) if ctx is not None else None
+    parts = ["photojobs", *(str(w) for w in words)]
+    if state is not None:
+        parts += ["--state-dir", str(state)]
+    return "more: " + " ".join(shlex.quote(p) for p in parts)
+
+
+def _flag(name: str, value: object, default: object = None) -> list[object]:
+    return [] if value is None or value == default else [name, value]
 
 
 def _all_commands(group: click.Group) -> list[click.Command]:
@@ -111,14 +132,20 @@ def jobs(job_state: str | None, limit: int, after: int | None, as_json: bool) ->
     """List jobs, newest first, with their state and progress (--state-dir DIR: a run's folder)."""
     if store_folder(job_state):
         use_state_dir(Path(job_state or ""))
+        click.get_current_context().meta[STATE_META] = job_state
         job_state = None
     from store.listing import JOB_STATES
 
     if job_state and job_state not in JOB_STATES:
         _fail(f"unknown job state {job_state!r}; states: {', '.join(JOB_STATES)}", EX_USAGE)
-    found, nxt = _client(existing=True).list_jobs(state=job_state, limit=limit, after=after)
+    from photojobs.progress import duration
+
+    client = _client(existing=True)
+    found, nxt = client.list_jobs(state=job_state, limit=limit, after=after)
+    etas = client.etas(found)
     if as_json:
-        echo(json.dumps({"jobs": [_status_json(j) for j in found], "next": nxt}))
+        shown_jobs = [_status_json(j) | {"eta": etas.get(j.job_id)} for j in found]
+        echo(json.dumps({"jobs": shown_jobs, "next": nxt}))
         return
     if not found:
         echo("no jobs" + (f" in state {job_state}" if job_state else ""))
@@ -126,11 +153,13 @@ def jobs(job_state: str | None, limit: int, after: int | None, as_json: bool) ->
         totals = st.totals()
         done = sum(totals[s] for s in ("succeeded", "failed", "cancelled", "skipped"))
         echo(
-            f"{st.job_id:>6}  {st.state:10} {','.join(st.lane_order):30} {done}/{sum(totals.values())} done"
+            f"{st.job_id:>6}  {st.shown_state():10} {','.join(st.lane_order):30} "
+            f"{done}/{sum(totals.values())} done"
             + (f", {totals['failed']} failed" if totals["failed"] else "")
+            + (f", ETA {duration(eta)}" if (eta := etas.get(st.job_id)) is not None else "")
         )
     if nxt:
-        echo(f"more: photojobs jobs --after {nxt}")
+        echo(more_line("jobs", *_flag("--state", job_state), *_flag("--limit", limit, 20), "--after", nxt))
 
 
 @click.command()
@@ -148,6 +177,7 @@ def items(
 
     if store_folder(item_state):
         use_state_dir(Path(item_state or ""))
+        click.get_current_context().meta[STATE_META] = item_state
         item_state = None
     if item_state and item_state not in ALL_STATES:
         _fail(f"unknown item state {item_state!r}; states: {', '.join(ALL_STATES)}", EX_USAGE)
@@ -162,7 +192,8 @@ def items(
         extra = f"  {r.error}" if r.error else ""
         echo(f"{r.id:>8} {r.lane:9} {r.state:9} attempt {r.attempt}  {r.path or '(bundle)'}{extra}")
     if nxt:
-        echo(f"more: photojobs items {job} --after {nxt}")
+        filters = [*_flag("--state", item_state), *_flag("--lane", lane), *_flag("--limit", limit, 100)]
+        echo(more_line("items", job, *filters, "--after", nxt))
 
 
 @click.command()
@@ -223,6 +254,22 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def port_in_use(host: str, port: int) -> bool:
+    """Whether ``host:port`` is taken: a bind as uvicorn's (``SO_REUSEADDR``) fails with EADDRINUSE.
+    Checked before starting, so a taken port is a clear exit 75, not a crash reported late."""
+    import errno
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
+
+
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8765, show_default=True, type=int)
@@ -243,6 +290,8 @@ def serve(host: str, port: int, insecure_local: bool) -> None:
             )
         if not is_loopback(host):
             _fail(f"--insecure-local serves only on a loopback address, not {host}", EX_USAGE)
+    if port_in_use(host, port):
+        _fail(f"port {port} is in use: --port", EX_TEMPFAIL)
     try:
         limits = web_server.ServerLimits.from_env(os.environ)
         app = create_app(token=token, insecure=token is None, local_port=port if token is None else None)

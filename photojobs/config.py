@@ -150,6 +150,7 @@ class Settings:
     submit_abandoned_after: float = 600.0  # the sweeper ends a submission with no chunk for this long
     chain_claims: bool = True  # PHOTOJOBS_CHAIN_CLAIMS: a finish claims the worker's next message
     vacuum_every: float = 15.0  # PHOTOJOBS_VACUUM_EVERY: the sweeper's check of the hot tables (0: never)
+    idempotency_keep: float = 86400.0  # PHOTOJOBS_IDEMPOTENCY_KEEP: seconds an Idempotency-Key is kept
     env: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
@@ -170,6 +171,7 @@ class Settings:
     def from_env(cls, env: dict[str, str] | None = None, state_dir: Path | None = None) -> Settings:
         """The settings, every one checked (:class:`ConfigError` names the first bad one),
         including the per-lane ``PHOTOJOBS_LANE_<LANE>_<FIELD>`` overrides."""
+        from photojobs.webhooks import webhook_config
         from store.engine import database_url
         from store.lanes import all_lanes, cpu_slots
 
@@ -193,10 +195,12 @@ class Settings:
             submit_abandoned_after=_float(env, "PHOTOJOBS_SUBMIT_ABANDONED", 600.0),
             chain_claims=_switch(env, "PHOTOJOBS_CHAIN_CLAIMS", True),
             vacuum_every=_float_or_off(env, "PHOTOJOBS_VACUUM_EVERY", 15.0),
+            idempotency_keep=_float(env, "PHOTOJOBS_IDEMPOTENCY_KEEP", 86400.0),
             env=env,
         )
         all_lanes(env)  # the lane overrides: ConfigError naming the variable
         _int(env, "PHOTOJOBS_FLEET_PROCESSES", 2)
         cpu_slots(env)  # read again by each worker process's slots (middleware.cpu_slots)
         settings.check_leases()
+        webhook_config(env)  # PHOTOJOBS_WEBHOOK_URL's SSRF rule: refused at startup, naming the variable
         return settings

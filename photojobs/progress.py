@@ -73,6 +73,63 @@ def failure_lines(job_id: int, groups: Sequence[Mapping[str, Any]], where: str =
     return out
 
 
+def _clock(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+
+
+def waiting_lines(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Why the job's items wait (``store.waiting``), one line each: a paused lane, a lane no live
+    worker serves, a backoff, a photo another job holds, the job's own pause."""
+    out = []
+    for w in entries:
+        n = f"{w['items']} item(s) of {w['lane']}"
+        reason = w["reason"]
+        if reason == "lane paused":
+            since = f" since {_clock(w['since'])}" if w.get("since") else ""
+            text = f"{n} held: lane {w['lane']} is paused{since} (photojobs lane resume {w['lane']})"
+        elif reason == "no live worker":
+            start = f"photojobs worker --lanes {w['lane']}"
+            text = f"{n} wait: no live worker serves lane {w['lane']} (start one: {start})"
+        elif reason == "photo locked":
+            jobs = ", ".join(str(j) for j in w.get("jobs", []))
+            text = f"{n} wait: their photos are locked by job {jobs}"
+        elif reason == "backoff":
+            text = f"{n} in backoff until {_clock(w['until'])}"
+        elif reason == "job paused":
+            text = f"{n} paused with the job (photojobs resume)"
+        else:
+            text = f"{n}: {reason}"
+        out.append(shown(text))
+    return out
+
+
+def duration(seconds: float) -> str:
+    """``42s``, ``3m05s``, ``2h07m``: a span for a person."""
+    whole = max(0, int(round(seconds)))
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def times_line(times: dict[str, Any]) -> str:
+    """``ran 1m02s, ETA 3m10s (from the work left)``: the job's times as ``status`` prints them
+    (``store.console.JobTimes.as_dict``); never a ``None``."""
+    parts = []
+    if times.get("started_at") is None:
+        parts.append("not started")
+    elif times.get("ran") is not None:
+        parts.append(f"ran {duration(times['ran'])}")
+    if times.get("finished_at") is not None:
+        parts.append(f"took {duration(times.get('took') or 0.0)}")
+    elif times.get("eta") is None:
+        parts.append("ETA measuring (from 10 % of items, once each lane left has a run time and a worker)")
+    else:
+        parts.append(f"ETA {duration(times['eta'])} (from the work left)")
+    return ", ".join(parts)
+
+
 def _eta(remaining: int, rate: float) -> str:
     if remaining == 0:
         return "done"

@@ -41,6 +41,7 @@ from photojobs.runner.state_folder import (
 from photojobs.runner.watch import watch
 from photojobs.runner.worker_killer import WorkerKiller
 from photojobs.runner.workers import WorkerFleet
+from photojobs.supervisor import store_recorder
 from store.errors import BacklogFull
 
 __all__ = [
@@ -120,6 +121,7 @@ class Runner:
                 env=local.env,
                 log_dir=folder.logs,
                 record=folder.workers_file,
+                recorder=store_recorder(client.engine),
             )
             self.fleet.start()
             try:

@@ -23,7 +23,9 @@ log = logging.getLogger("photojobs")
 
 @functools.cache
 def engine_for(url: str) -> Engine:
-    return make_engine(url)
+    """A worker process's engine: it holds leases (a frozen worker's idle transaction ends within
+    the lease TTL: ``store.engine.make_engine(lease_holder=True)``)."""
+    return make_engine(url, lease_holder=True)
 
 
 def setup_worker_broker(settings: Settings | None = None) -> RedisBroker:

@@ -47,15 +47,46 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Any
 
 from photojobs.lifeline import ENV_TOKEN, Lifeline, write_record
 
-__all__ = ["Supervisor", "SupervisorEvent"]
+__all__ = ["Supervisor", "SupervisorEvent", "exit_reason", "store_recorder"]
 
 logger = logging.getLogger(__name__)
 
 CommandFactory = Callable[[int], Sequence[str]]
+
+
+def exit_reason(returncode: int | None) -> str:
+    """Why a worker process ended: ``killed`` (by a signal), ``recycled`` (a clean exit nobody
+    asked for: the worker ended itself) or ``crashed`` (a non-zero exit status)."""
+    if returncode is not None and returncode < 0:
+        return "killed"
+    return "recycled" if returncode == 0 else "crashed"
+
+
+def store_recorder(engine: Any) -> Callable[[SupervisorEvent], None]:
+    """An ``on_event`` that records each unexpected exit in the store (``store.workers.record_exit``:
+    the ``photojobs_worker_restarts_total{reason}`` counter); a failed record is logged, never raised."""
+    import socket
+
+    from store.workers import record_exit
+
+    def record(event: SupervisorEvent) -> None:
+        if event.kind != "exited":
+            return
+        try:
+            record_exit(
+                engine,
+                exit_reason(event.returncode),
+                worker=f"{socket.gethostname()}:{event.pid}",
+                detail={"slot": event.index, "returncode": event.returncode, "signal": event.signal},
+            )
+        except Exception:  # noqa: BLE001 - a store outage must not stop the supervisor's restarts
+            logger.warning("cannot record worker %d's exit in the store", event.index, exc_info=True)
+
+    return record
 
 
 @dataclass(frozen=True)

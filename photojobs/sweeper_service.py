@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -15,8 +16,10 @@ from photojobs.maintenance.duties import DispatchLane
 from photojobs.maintenance.service import Service
 from photojobs.quiet import install as quiet_logging
 from photojobs.quiet import next_retry_text
+from photojobs.webhooks import schedule as schedule_webhooks
 from store.engine import make_engine
 from store.lanes import all_lanes
+from store.sweeper_passes import RECORD_EVERY, record_passes
 
 log = logging.getLogger("photojobs.sweeper")
 
@@ -43,6 +46,7 @@ class Sweeper:
                 forget_workers_after=settings.forget_workers_after,
                 submit_abandoned_after=settings.submit_abandoned_after,
                 vacuum_every=settings.vacuum_every,
+                idempotency_keep=settings.idempotency_keep,
             )
         )
         self.scheduler: BackgroundScheduler | None = None
@@ -55,6 +59,8 @@ class Sweeper:
         self._stopping = threading.Event()
         self._waker: threading.Thread | None = None
         self._bell: threading.Event | None = None
+        self._passed: dict[str, float] = {}  # duty -> interval, passed since the last record
+        self._recorded = -RECORD_EVERY
 
     def once(self, *, rung: bool = False) -> SweepReport:
         """One pass of every due service now (``photojobs sweep --once``, and each tick); a pass the
@@ -62,6 +68,7 @@ class Sweeper:
         report = self.maintenance.run_pass(first=_is_dispatch if rung else None)
         self.passes += 1
         self.last = report
+        self._record_passes(report)
         if report.revoked or report.republished or report.quarantined:
             log.info(
                 "sweep: revoked %d lease(s), quarantined %d, re-published %d, dispatched %d",
@@ -71,6 +78,21 @@ class Sweeper:
                 report.dispatched,
             )
         return report
+
+    def _record_passes(self, report: SweepReport) -> None:
+        """Record in the store the duties that passed (``store.sweeper_passes``: the metrics' age of
+        each duty's last pass), at most every ``RECORD_EVERY`` seconds; a failed record is retried
+        with the next pass and never fails this one."""
+        self._passed.update(report.passed)
+        now = time.monotonic()
+        if not self._passed or now - self._recorded < RECORD_EVERY:
+            return
+        try:
+            record_passes(self.engine, self._passed)
+        except Exception:  # noqa: BLE001 - the age grows, which is what an alert is for
+            log.debug("recording the sweeper's passes failed", exc_info=True)
+            return
+        self._passed, self._recorded = {}, now
 
     def _tick(self, *, rung: bool = False) -> None:
         with self._pass_lock:
@@ -132,6 +154,16 @@ class Sweeper:
             coalesce=True,
             id="photojobs-sweep",
         )
+        self.scheduler.add_job(
+            run_schedules,
+            "interval",
+            args=[self],
+            seconds=min(self.settings.sweep_interval, 5.0),
+            max_instances=1,
+            coalesce=True,
+            id="photojobs-schedules",
+        )
+        self.webhooks = schedule_webhooks(self.scheduler, self.engine, self.settings)
         self.scheduler.start()
         self._tick()
         self._bell = self.doorbell.register(SWEEP)
@@ -153,6 +185,20 @@ class Sweeper:
             self.scheduler = None
         self.broker.close()
         self.engine.dispose()
+
+
+def run_schedules(sweeper: Sweeper) -> None:
+    """The schedules duty (issue 38, ``photojobs.schedules``): claim the due schedules' ticks (one
+    sweeper per tick across all fleets) and run the won runs' commands in this process, in
+    APScheduler's own thread beside the sweep passes (a sync may walk a large library)."""
+    from photojobs.schedules import ScheduleRunner
+
+    runner = sweeper.__dict__.setdefault("schedules", ScheduleRunner(sweeper.settings, sweeper.engine))
+    try:
+        runner.run_due()
+    except Exception as exc:  # noqa: BLE001 - the next tick tries again
+        log.warning("schedules: %s", describe_outage(exc, sweeper.settings))
+        log.debug("schedules failure", exc_info=True)
 
 
 def _is_dispatch(service: Service) -> bool:

@@ -22,18 +22,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-import imagehash
-import numpy as np
-import pillow_heif
-import pillow_jxl  # noqa: F401 - registers Pillow's JPEG XL opener (AVIF is Pillow's own)
 from PIL import Image, UnidentifiedImageError
 
 from photos.capture_time import read_capture_time
 from photos.errors import PhotoError, UnreadableImage, describe_content
+from photos.image_open import register_openers
 from photos.orientation import upright
 from photos.raw import is_raw, raw_facts, raw_pixels
 
-pillow_heif.register_heif_opener()
+register_openers()  # HEIF, JPEG XL; Pillow's PNG text limits raised (metadata only)
 
 #: Default pixel limit (width x height) above which a file is refused as a decompression bomb.
 DEFAULT_MAX_PIXELS = 200_000_000
@@ -253,6 +250,8 @@ def _head(fh: Any) -> bytes:
 def _working_image(img: Image.Image) -> Image.Image:
     """An RGB copy with a long side of exactly WORK_SIZE pixels."""
     if img.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+        import numpy as np  # here, not at the top: a worker that serves no analysis boots without it
+
         arr = np.asarray(img, dtype=np.float64)
         top = float(arr.max()) or 1.0
         rgb = Image.fromarray((arr / top * 255).clip(0, 255).astype(np.uint8), "L").convert("RGB")
@@ -345,6 +344,8 @@ def _dms(value: Any, ref: Any, negative_ref: str) -> float | None:
 # -- pixel measures ------------------------------------------------------------------------------
 def sharpness(img: Image.Image) -> float:
     """Variance of the 4-neighbour Laplacian of the grayscale image (higher = sharper)."""
+    import numpy as np
+
     g = np.asarray(img.convert("L"), dtype=np.float32)
     if g.shape[0] < 3 or g.shape[1] < 3:
         return 0.0
@@ -354,6 +355,8 @@ def sharpness(img: Image.Image) -> float:
 
 def exposure(img: Image.Image) -> dict[str, float]:
     """Mean luma (0..1) and the shares of clipped shadows and highlights."""
+    import numpy as np
+
     y = np.asarray(img.convert("L"), dtype=np.uint8)
     n = y.size or 1
     return {
@@ -401,6 +404,8 @@ def near_duplicate_groups(items: Iterable[tuple[K, str | None]], max_distance: i
     groups are ordered by their first member, so the result is deterministic. Items whose hash
     is None (unreadable photos) are ignored; hashes must all have the same length.
     """
+    import numpy as np
+
     keys: list[K] = []
     hashes: list[str] = []
     for key, phash in items:
@@ -445,6 +450,8 @@ def near_duplicate_groups(items: Iterable[tuple[K, str | None]], max_distance: i
 
 def _measures(work: Image.Image) -> dict[str, Any]:
     """The pixel measures of a working-size picture: perceptual hashes, sharpness, exposure, colours."""
+    import imagehash  # with numpy, 0.1 s of CPU a worker process would pay at boot
+
     return {
         "phash": str(imagehash.phash(work)),
         "dhash": str(imagehash.dhash(work)),

@@ -18,8 +18,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
+from photos import fileops
 from photos.errors import InvalidParameter, PatternError, PhotoError
 from photos.rename import check_relpath, render
+from photos.rootfs import Roots
 
 BundleKind = Literal["zip", "tar", "none"]
 BUNDLE_KINDS: tuple[str, ...] = ("none", "tar", "zip")
@@ -164,14 +166,6 @@ def _manifest_bytes(manifest: Mapping[str, Any]) -> bytes:
     return (json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _open_member(path: Path) -> BinaryIO:
     return open(path, "rb")  # noqa: SIM115 - the caller closes it
 
@@ -181,32 +175,34 @@ Opener = Callable[[Path], BinaryIO]
 
 
 def build_bundle(
-    members: Sequence[tuple[Path, str]], out_path: Path, kind: str, *, opener: Opener = _open_member
+    members: Sequence[tuple[Path, str]],
+    out_path: Path,
+    kind: str,
+    *,
+    within: Roots,
+    opener: Opener = _open_member,
 ) -> dict[str, Any]:
     """Write a ``zip`` (stored, photos do not compress) or ``tar`` bundle of ``members`` to ``out_path``.
 
     ``members`` are ``(source path, name in the bundle)``; names must be safe relative paths, unique
     and not ``MANIFEST.json``. The bundle also holds ``MANIFEST.json``, which is returned:
     ``{"version": 1, "kind": kind, "members": [{"arcname", "sha256", "size", "original"}]}``; the
-    hashes are of the bytes actually written. ``out_path`` is a staged path the caller owns: it is
-    overwritten, fsynced (with its directory), and removed again if building fails. ``opener`` opens
-    each member for reading (default: by its path).
+    hashes are of the bytes actually written. ``out_path`` is a staged path the caller owns,
+    written beneath its root (``within``, no symlink followed; a file planted at the name is
+    replaced, never written through), fsynced (with its folder), and removed again if building
+    fails. ``opener`` opens each member for reading (default: by its path).
     """
     kind = parse_bundle_kind(kind)
     if kind == "none":
         raise InvalidParameter("bundle kind 'none' builds no bundle; use one of: tar, zip")
     checked = _check_members(members)
-    out_path = Path(out_path)
-    try:
-        with open(out_path, "wb") as out:
-            write = _write_zip if kind == "zip" else _write_tar
-            entries = write(out, checked, opener)
-            out.flush()
-            os.fsync(out.fileno())
-    except BaseException:
-        out_path.unlink(missing_ok=True)
-        raise
-    _fsync_dir(out_path.parent)
+    write = _write_zip if kind == "zip" else _write_tar
+    entries: list[dict[str, Any]] = []
+
+    def fill(out: BinaryIO) -> None:
+        entries.extend(write(out, checked, opener))
+
+    fileops.write_new(Path(out_path), fill, within=within)
     return _manifest(kind, entries)
 
 

@@ -4,7 +4,9 @@ in one documented priority, with the source that was used (``taken_from``) and i
 Priority (the first source that holds a date *and* a time of day wins):
 
 1. EXIF ``DateTimeOriginal`` (with ``SubSecTimeOriginal``: ``SubSecDateTimeOriginal``)
-2. EXIF ``CreateDate`` (``DateTimeDigitized``, with ``SubSecTimeDigitized``)
+2. EXIF ``CreateDate`` (``DateTimeDigitized``, with ``SubSecTimeDigitized``), then a raw's own
+   clock where it keeps it outside EXIF (Canon CRW ``CanonRaw:DateTimeOriginal`` and the others of
+   :data:`photos.raw_clocks.RAW_CLOCKS`)
 3. XMP ``exif:DateTimeOriginal``, then ``xmp:CreateDate``, then ``photoshop:DateCreated``
 4. IPTC ``DateCreated`` + ``TimeCreated``
 5. QuickTime/HEIC: ``Keys:CreationDate`` (local, with its zone), then ``QuickTime:CreateDate``
@@ -36,7 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from photos import exiftool
+from photos.companions import companions
 from photos.errors import PhotoError
+from photos.image_open import open_image
+from photos.raw import is_raw
+from photos.raw_clocks import RAW_CLOCKS, raw_clock_args
 
 FILE_TIME = "file time"
 
@@ -45,6 +51,7 @@ FILE_TIME = "file time"
 _FILE_SOURCES: tuple[tuple[str, tuple[str, ...], str | None, bool], ...] = (
     ("EXIF DateTimeOriginal", ("EXIF:DateTimeOriginal",), "EXIF:SubSecTimeOriginal", False),
     ("EXIF CreateDate", ("EXIF:CreateDate",), "EXIF:SubSecTimeDigitized", False),
+    *((f"{raw} {key}", (key,), None, False) for raw, key in RAW_CLOCKS),
     ("XMP exif:DateTimeOriginal", ("XMP-exif:DateTimeOriginal",), None, False),
     ("XMP xmp:CreateDate", ("XMP-xmp:CreateDate",), None, False),
     ("XMP photoshop:DateCreated", ("XMP-photoshop:DateCreated",), None, False),
@@ -62,7 +69,7 @@ _FILE_TAGS = (
     "-EXIF:DateTimeOriginal", "-EXIF:SubSecTimeOriginal", "-EXIF:CreateDate", "-EXIF:SubSecTimeDigitized",
     "-XMP-exif:DateTimeOriginal", "-XMP-xmp:CreateDate", "-XMP-photoshop:DateCreated",
     "-IPTC:DateCreated", "-IPTC:TimeCreated", "-Keys:CreationDate", "-QuickTime:CreateDate",
-    "-GPS:GPSDateStamp", "-GPS:GPSTimeStamp",
+    "-GPS:GPSDateStamp", "-GPS:GPSTimeStamp", *raw_clock_args(),
 )  # fmt: skip
 _SIDECAR_TAGS = ("-XMP-exif:DateTimeOriginal", "-XMP-xmp:CreateDate", "-XMP-photoshop:DateCreated")
 
@@ -171,12 +178,9 @@ def _exiftool_record(path: Path, tags: tuple[str, ...]) -> dict[str, Any]:
 def _pillow_fast_path(path: Path) -> CaptureTime | None:
     """The common case without starting exiftool: a file Pillow opens whose EXIF has
     DateTimeOriginal (the first source); None when Pillow cannot say."""
-    from PIL import Image
 
     try:
-        import photos.analyze  # noqa: F401 - registers the HEIF and JXL openers
-
-        with Image.open(path) as img:
+        with open_image(path) as img:
             sub = img.getexif().get_ifd(_EXIF_IFD)
             parsed = parse(_text(sub.get(_DATETIME_ORIGINAL)))
             if parsed is None:
@@ -194,8 +198,6 @@ def _text(value: object) -> str | None:
 
 
 def _sidecar_time(photo: Path) -> CaptureTime | None:
-    from photos.sidecar import companions  # sidecar -> exif -> ... imports this module's users
-
     for sidecar in companions(photo):
         try:
             found = _pick(_exiftool_record(sidecar, _SIDECAR_TAGS), _SIDECAR_SOURCES)
@@ -213,8 +215,6 @@ def read_capture_time(
     (``taken`` None, source "file time") when no source has one. ``path`` is where the bytes are
     read (a pinned name); ``located`` the photo's real path, where its sidecars are found (default
     ``path``). Raises :class:`PhotoError` only when exiftool is needed and fails for the file."""
-    from photos.raw import is_raw
-
     path = Path(path)
     photo = Path(located) if located is not None else path
     raw = is_raw(photo)

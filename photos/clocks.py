@@ -30,12 +30,28 @@ EXIF_DT_FORMAT = "%Y:%m:%d %H:%M:%S"
 #: satellites, not the camera's clock), the ICC profile's creation date (not the photo's) and the
 #: XMP media-management history (a log of past saves, kept in structures exiftool cannot shift).
 _UNSHIFTED_GROUPS = (
-    "System", "File", "Composite", "ExifTool", "GPS", "ICC-header", "ICC_Profile", "XMP-xmpMM"
+    "System",
+    "File",
+    "Composite",
+    "ExifTool",
+    "GPS",
+    "ICC-header",
+    "ICC_Profile",
+    "XMP-xmpMM",
 )
 #: IPTC dates that are not the photo's clocks (transmission, release, expiry of the record).
 _UNSHIFTED_TAGS = frozenset(
-    {"DateSent", "TimeSent", "ReleaseDate", "ReleaseTime", "ExpirationDate", "ExpirationTime", "GPSDateTime",
-     "GPSDateStamp", "GPSTimeStamp"}
+    {
+        "DateSent",
+        "TimeSent",
+        "ReleaseDate",
+        "ReleaseTime",
+        "ExpirationDate",
+        "ExpirationTime",
+        "GPSDateTime",
+        "GPSDateStamp",
+        "GPSTimeStamp",
+    }
 )
 _DATE_ONLY = re.compile(r"^\d{4}:\d{2}:\d{2}$")
 _YEAR_OR_MONTH = re.compile(r"^\d{4}(:\d{2})?$")  # XMP dates of reduced precision
@@ -73,7 +89,20 @@ def parse_shift(text: str) -> timedelta:
     return -delta if m.group(1) == "-" else delta
 
 
-def clock_args(shift: timedelta, clocks: Mapping[str, Any], path: Path) -> list[str]:
+#: Groups whose clocks are the photo's standard ones: one that cannot be shifted refuses the photo.
+#: A maker note's clock (any other group) that cannot be shifted is left and named instead.
+_STANDARD_GROUPS = re.compile(
+    r"^(IFD\d*|ExifIFD|SubIFD\d*|XMP-.*|IPTC\d*|PNG|QuickTime|Keys|ItemList|UserData|Photoshop)$"
+)
+_IPTC_COPY = re.compile(r"^IPTC(\d+)$")
+#: Clocks that encode another fact: shifting them would change it (Pentax encrypts its ShutterCount
+#: with its Date and Time). (the fact's tag, the clocks left as they were).
+ENCODING_CLOCKS = (("Pentax:ShutterCount", ("Pentax:Date", "Pentax:Time")),)
+
+
+def clock_args(
+    shift: timedelta, clocks: Mapping[str, Any], path: Path, unshifted: list[str] | None = None
+) -> list[str]:
     """exiftool arguments moving every clock of the file by ``shift``.
 
     ``clocks`` is ``-time:all`` read with ``-j -G1 -a``: EXIF (IFD0, ExifIFD, IFD1 …), XMP, IPTC,
@@ -85,16 +114,35 @@ def clock_args(shift: timedelta, clocks: Mapping[str, Any], path: Path) -> list[
     (and month) alone, stays. All-zero dates ("unknown") stay; a date that cannot be shifted
     raises PhotoError. File system times, GPS (UTC), ICC profile dates and the XMP editing history
     (``xmpMM``: a log of past saves) are left alone. A clock exiftool cannot write is named in
-    these arguments all the same: exiftool skips it with a warning the caller reports."""
+    these arguments all the same: exiftool skips it with a warning the caller reports.
+
+    ``unshifted`` (when given) receives the clocks left as they were on purpose: a maker note's
+    clock that is not a date/time exiftool can shift (a standard one refuses the photo), and the
+    clocks that encode another fact (:data:`ENCODING_CLOCKS`: Pentax's Date and Time, with which
+    its ShutterCount is encrypted). A second IPTC block (``IPTC2``) is written by exiftool with the
+    first block's values, so its clocks move with the first's; blocks that disagree refuse."""
     sign, amount = exiftool_shift(shift)
     args: list[str] = []
     tags: dict[str, Any] = {}
+    kept: list[str] = unshifted if unshifted is not None else []
+    encoding = {c for fact, held in ENCODING_CLOCKS if fact in clocks for c in held}
     for key, value in clocks.items():
         if ":" not in key:
             continue
         group, name = key.split(":", 1)
         if group in _UNSHIFTED_GROUPS or name in _UNSHIFTED_TAGS or group.startswith("ICC"):
             continue
+        if key in encoding:
+            if _has_time(value) and key not in kept:
+                kept.append(key)
+            continue
+        if _IPTC_COPY.match(group):
+            if str(clocks.get(f"IPTC:{name}", "")).strip() != str(value).strip():
+                raise PhotoError(
+                    path, f"cannot shift {key}: the file's IPTC blocks disagree on {name} "
+                    "(exiftool writes one value into every block)",
+                )  # fmt: skip
+            continue  # exiftool writes the first block's shifted value into this copy too
         tags[key] = value
     paired: set[str] = set()
     for key in tags:
@@ -129,7 +177,14 @@ def clock_args(shift: timedelta, clocks: Mapping[str, Any], path: Path) -> list[
             continue  # a list (the XMP editing history), a lone date/time: nothing to roll over
         if not _DATE_TIME.match(str(value).strip()) and name_of(key) not in _CLOCK_NAMES:
             continue  # a time zone offset, sub-seconds, a city: not a clock
-        check_date(path, key, value, shift)
+        try:
+            check_date(path, key, value, shift)
+        except PhotoError:
+            if _STANDARD_GROUPS.match(key.split(":", 1)[0]):
+                raise
+            if key not in kept:  # a maker note's clock that is no date/time: left, and named
+                kept.append(key)
+            continue
         args.append(f"-{key}{sign}={amount}")
     return args
 

@@ -7,7 +7,6 @@ say where an outside path leads nor what it holds.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import itertools
 import os
@@ -20,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from photos.errors import OutsideRoot, PhotoError
+from photos.process_exit import at_exit
 
 PHOTO_ROOTS = "the photo roots"
 
@@ -150,12 +150,14 @@ def _pin_folder() -> str:
     """This process's folder of pins, ``<temp>/pj-pin-<pid>-<random>`` (mode 0700, made by
     ``mkdtemp`` once per process: nobody else can name anything in it), with a folder per thread
     (``t<thread id>``) where a pin is one symlink: a pin costs a ``symlink`` and an ``unlink``, not a
-    new temporary folder and a tree walk. Swept by the next process once this one is gone."""
+    new temporary folder and a tree walk. Removed when the process ends (:mod:`photos.process_exit`);
+    swept by the next process when this one was killed."""
     key = (os.getpid(), tempfile.gettempdir())
     base = _pin_folders.get(key)
     if base is None or not os.path.isdir(base):
         _sweep_dead_pins()
         base = _pin_folders[key] = tempfile.mkdtemp(prefix=f"{PIN_PREFIX}{os.getpid()}-")
+        at_exit(shutil.rmtree, base, True)  # removed when the process ends (swept if it is killed)
     folder = f"{base}/t{threading.get_native_id()}"
     try:
         os.mkdir(folder, 0o700)
@@ -243,19 +245,6 @@ class Pinned:
         return (st.st_dev, st.st_ino, stat.S_IFMT(st.st_mode)) == (
             was.st_dev, was.st_ino, stat.S_IFMT(was.st_mode)
         )  # fmt: skip
-
-    def link(self, dest: str | os.PathLike[str]) -> None:
-        """Give the pinned inode the new name ``dest`` (a hard link made from the descriptor, so a
-        symlink swapped in at the photo's path is never what gets linked); ``OSError`` as
-        ``os.link`` raises it (``EXDEV``, ``EPERM`` where the filesystem has no hard links)."""
-        magic = f"/proc/self/fd/{self.fd}"
-        if not os.path.exists(magic):
-            raise OSError(errno.ENOSYS, "no /proc to link an open file from", str(dest))
-        folder = os.open(self.name.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:  # a dir fd makes CPython call linkat (AT_SYMLINK_FOLLOW follows the /proc link)
-            os.link(magic, dest, src_dir_fd=folder, follow_symlinks=True)
-        finally:
-            os.close(folder)
 
     @contextmanager
     def as_photo(self) -> Iterator[None]:

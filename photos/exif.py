@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from photos import exiftool
-from photos.clocks import MAX_SHIFT, clock_args, name_of, parse_shift, shifted_tags
+from photos.clocks import ENCODING_CLOCKS, MAX_SHIFT, clock_args, name_of, parse_shift, shifted_tags
 from photos.errors import InvalidParameter, NeedsExiftool, PhotoError
 from photos.exiftool_messages import Messages, classify
 from photos.formats import (
@@ -74,6 +74,7 @@ from photos.keywords import (
     HIERARCHY,
     KEYWORD_MODES,
     KEYWORD_TAGS,
+    beyond_ucs2,
     clean_keywords,
     existing,
     file_keywords,
@@ -81,6 +82,7 @@ from photos.keywords import (
     in_group,
     keyword_writes,
 )
+from photos.verify import STRUCTURAL, drop_jbrd, has_jbrd, verify_written
 
 __all__ = [
     "HIERARCHY",
@@ -103,6 +105,11 @@ _EXIF_DT_FORMAT = "%Y:%m:%d %H:%M:%S"
 _RATING_PERCENT = {0: 0, 1: 1, 2: 25, 3: 50, 4: 75, 5: 99}
 _EDITABLE = (
     "keywords", "keywords_remove", "keywords_mode", "description", "rating", "artist", "copyright", "shift"
+)
+#: What the result records when a JPEG XL's JPEG reconstruction data was dropped (photos.verify).
+JBRD_DROPPED = (
+    "Dropped the JPEG XL's JPEG reconstruction data (jbrd box), which no longer matched the edited "
+    "metadata: the codestream is unchanged (libjxl decodes it itself instead of rebuilding a JPEG)"
 )
 _INSTALL = "make installs the pinned ExifTool; or apt-get install libimage-exiftool-perl"
 
@@ -173,10 +180,13 @@ class ExifEdit:
 @dataclass
 class Written:
     """What a write reports beside the file: the ``[minor]`` warnings exiftool fixed by itself
-    (``fixed``), and the clocks it reads but cannot write, left as they were (``unshifted``)."""
+    (``fixed``), the clocks it reads but cannot write, left as they were (``unshifted``), and the
+    other ``[minor]`` warnings it wrote through (``warned``; :mod:`photos.exiftool_messages`)."""
 
     fixed: list[str] = field(default_factory=list)
     unshifted: list[str] = field(default_factory=list)
+    warned: list[str] = field(default_factory=list)
+    xp_left_out: list[str] = field(default_factory=list)
 
     def result(self) -> dict[str, list[str]]:
         """The item-result fields (only those that say something)."""
@@ -185,6 +195,10 @@ class Written:
             out["exiftool_fixed"] = list(self.fixed)
         if self.unshifted:
             out["unshifted"] = list(self.unshifted)
+        if self.warned:
+            out["exiftool_warned"] = list(self.warned)
+        if self.xp_left_out:
+            out["xpkeywords_left_out"] = list(self.xp_left_out)
         return out
 
 
@@ -197,6 +211,11 @@ def write_metadata(src: str | os.PathLike[str], dst: str | os.PathLike[str], edi
     empty or non-image input, NeedsExiftool when exiftool is missing, PhotoError when exiftool
     reports an error or a serious warning for the file or a date cannot be shifted; ``dst`` is
     then absent.
+
+    ``dst``'s folder must exist; everything is written into it through its descriptor, never
+    through a name planted at ``dst`` (the exif lane names the photo's folder as
+    ``/proc/<pid>/fd/<n>`` of a folder it holds open beneath its root, so nothing is written
+    through a folder swapped for a symlink either).
     """
     src, dst = Path(src), Path(dst)
     if src.resolve() == dst.resolve():
@@ -205,46 +224,61 @@ def write_metadata(src: str | os.PathLike[str], dst: str | os.PathLike[str], edi
     fmt = format_of(src, data)
     check_complete(src, fmt, data)  # exiftool edits metadata without reading the image data
     codestream = fmt == "JXL" and is_jxl_codestream(data[:2])
-    del data
-    check_decodes(src)
+    jbrd = fmt == "JXL" and has_jbrd(data)
+    # the original's pixels, for the formats whose written copy is verified by decoding it again
+    src_pixels = check_decodes(src, digest=fmt not in STRUCTURAL)
     if not exiftool.available():
         raise NeedsExiftool(src, f"writing {fmt} metadata needs exiftool ({_INSTALL})")
-    dst.parent.mkdir(parents=True, exist_ok=True)
     _unlink_quietly(dst)  # exiftool -o refuses an existing output; dst is the caller's staged path
     tool = exiftool.ExifTool.shared()
     src_abs = os.path.abspath(src)
     read = Messages()
     current = _current_tags(tool, src, read) if not edit.is_empty() else {}
     clocks = _clock_tags(tool, src) if edit.shift else {}
-    charset = source_charset(tool, src, current) if fmt in IPTC_FORMATS and current else None
+    charset = source_charset(tool, src, current) if speaks_iptc(fmt, current) and current else None
     if charset == "UTF8":  # Picasa's undeclared UTF-8: merge keywords with their real text
         others = {k: v for k, v in current.items() if not k.startswith("IPTC:")}
         current = {**others, **reread_as_utf8(tool, src)}
-    args = exiftool_args(edit, fmt=fmt, current=current, path=src, clocks=clocks, iptc_charset=charset)
+    kept: list[str] = []  # clocks left as they were on purpose (photos.clocks.clock_args)
+    args = exiftool_args(
+        edit, fmt=fmt, current=current, path=src, clocks=clocks, iptc_charset=charset,
+        renew_digest=read.stale_digest, unshifted=kept,
+    )  # fmt: skip
+    xp_left_out = _xp_left_out(args)
     if args and codestream:
         # a bare JPEG XL codestream holds no metadata: exiftool wraps it in the ISO BMFF container
         # (a "[minor]" error it only does when told to ignore minor errors; the pixels are unchanged)
         args = ["-m", *args]
     if not args:
-        shutil.copy2(src, dst)  # nothing to change: an identical copy, same modification time
-        written = Written(fixed=read.fixed)
+        _copy_new(src, dst)  # nothing to change: an identical copy, same modification time
+        written = Written(fixed=read.fixed, warned=read.recovered, unshifted=kept)
     else:
-        warnings = _exiftool_write(tool, src, src_abs, dst, args)
+        warnings = _exiftool_write(tool, src, src_abs, dst, args, drop_jbrd=jbrd)
         said = classify(warnings, src_abs)
+        if jbrd and dst.exists():
+            said.fixed.append(JBRD_DROPPED)
         shifting = clock_args(edit.shift, clocks, src) if edit.shift else []
         refusal = said.refusal(allowed_unwritable=shifted_tags(shifting))
         if refusal:
             _unlink_quietly(dst)
             raise PhotoError(src, f"exiftool warned, nothing written: {refusal}")
         if not dst.exists():  # every tag asked for was a clock exiftool cannot write
-            shutil.copy2(src, dst)
-        written = Written(fixed=_merged(read.fixed, said.fixed), unshifted=said.unwritable)
+            _copy_new(src, dst)
+        written = Written(
+            fixed=_merged(read.fixed, said.fixed),
+            unshifted=_merged(kept, said.unwritable),
+            warned=_merged(read.recovered, said.recovered),
+            xp_left_out=xp_left_out,
+        )
+        try:  # verify before replace: the copy holds the original's picture, and decodes
+            verify_written(src, dst, fmt, src_data=data, src_pixels=src_pixels)
+        except PhotoError:
+            _unlink_quietly(dst)
+            raise
         # -P keeps whole seconds only: give the copy the exact times (and the permissions) of the source
         times = src.stat()
-        os.chmod(dst, stat.S_IMODE(times.st_mode))
-        os.utime(dst, ns=(times.st_atime_ns, times.st_mtime_ns))
-    with open(dst, "rb+") as fh:
-        os.fsync(fh.fileno())
+        _settle_copy(dst, times)
+    _settle_copy(dst, None)
     return written
 
 
@@ -259,7 +293,7 @@ _OUT_NAMES = itertools.count()
 
 
 def _exiftool_write(
-    tool: exiftool.ExifTool, src: Path, src_abs: str, dst: Path, args: list[str]
+    tool: exiftool.ExifTool, src: Path, src_abs: str, dst: Path, args: list[str], *, drop_jbrd: bool = False
 ) -> list[str]:
     """Run exiftool's ``-o`` write of ``src_abs`` to ``dst``; return its warnings (``dst`` is then
     present, to be removed by the caller, or absent when exiftool warned and wrote nothing) or raise
@@ -284,6 +318,8 @@ def _exiftool_write(
             _unlink_at(folder, name)
             raise PhotoError(src, exc.reason) from exc
         try:
+            if drop_jbrd:
+                name = _without_jbrd(src, folder, name)
             os.replace(name, dst.name, src_dir_fd=folder, dst_dir_fd=folder)
         except FileNotFoundError:
             if warnings:
@@ -292,6 +328,32 @@ def _exiftool_write(
         return warnings
     finally:
         os.close(folder)
+
+
+def _without_jbrd(src: Path, folder: int, name: str) -> str:
+    """Rewrite exiftool's output ``name`` (in ``folder``) without its ``jbrd`` box; the new name.
+    Nothing when exiftool wrote no output (FileNotFoundError, as the caller expects)."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read()
+    try:
+        cleaned = drop_jbrd(data)
+    except ValueError as exc:
+        _unlink_at(folder, name)
+        reason = f"cannot drop the JPEG XL reconstruction data: {exc}; nothing was written"
+        raise PhotoError(src, reason) from None
+    new = name.replace(".exiftool-", ".exiftool-nojbrd-", 1)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    out = os.open(new, flags, 0o600, dir_fd=folder)
+    try:
+        with os.fdopen(out, "wb") as fh:
+            fh.write(cleaned)
+    except BaseException:
+        _unlink_at(folder, new)
+        raise
+    finally:
+        _unlink_at(folder, name)
+    return new
 
 
 _STAGED_TAG = re.compile(r"\.pj-([A-Za-z0-9_.-]{1,64})\.tmp$")
@@ -313,10 +375,36 @@ def _unlink_at(folder: int, name: str) -> None:
 
 
 def _unlink_quietly(path: Path) -> None:
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
+        _unlink_at(folder, path.name)
+    finally:
+        os.close(folder)
+
+
+def _copy_new(src: Path, dst: Path) -> None:
+    """An identical copy of ``src`` at the new name ``dst`` (``O_EXCL | O_NOFOLLOW``: never written
+    through a name planted there), with its permission bits and times."""
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    with open(src, "rb") as fh, os.fdopen(fd, "wb") as out:
+        shutil.copyfileobj(fh, out, 1024 * 1024)
+        out.flush()
+        _settle_copy(out.fileno(), os.fstat(fh.fileno()))
+
+
+def _settle_copy(dst: Path | int, times: os.stat_result | None) -> None:
+    """Give the written copy (a name, opened without following a symlink, or a descriptor) the
+    source's permission bits and exact times (``times``), or fsync it (None)."""
+    fd = dst if isinstance(dst, int) else os.open(dst, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if times is None:
+            os.fsync(fd)
+        else:
+            os.chmod(fd, stat.S_IMODE(times.st_mode))
+            os.utime(fd, ns=(times.st_atime_ns, times.st_mtime_ns))
+    finally:
+        if not isinstance(dst, int):
+            os.close(fd)
 
 
 _STATE_TAGS = (
@@ -332,29 +420,53 @@ def _current_tags(tool: exiftool.ExifTool, path: Path, messages: Messages | None
     """The tags a write depends on: the XMP toolkit, the IPTC block, every keyword store, the IPTC
     digest, and the EXIF block (whether the file has one at all). A serious warning refuses the
     file; the ``[minor]`` ones exiftool fixed are added to ``messages.fixed``."""
+    # one command: the tags and every warning exiftool has about the file (``-G1:4`` numbers the
+    # copies of a tag, so no warning is lost; the first copy of each tag is the one kept)
+    # -e: no Composite tags (none is asked for; computing them is a fifth of a read's time)
     out, warnings = tool.execute_with_warnings(
-        "-j", "-G1", "-a", *_STATE_TAGS, os.path.abspath(path), retry_if_died=True
-    )
-    said = classify([*warnings, *read_warnings(tool, path)], os.path.abspath(path))
+        "-j", "-G1:4", "-a", "-e", *_STATE_TAGS, "-ExifTool:Warning", os.path.abspath(path),
+        retry_if_died=True,
+    )  # fmt: skip
+    record = _json_record(path, out)
+    said = classify([*warnings, *_warnings_of(record)], os.path.abspath(path))
     refusal = said.refusal()
     if refusal:  # e.g. "Bad IFD0 directory": what the file says cannot be read, so nothing is written
         raise PhotoError(path, f"exiftool warned, nothing written: {refusal}")
     if messages is not None:
         messages.fixed += [w for w in said.fixed if w not in messages.fixed]
-    return _json_record(path, out)
+        messages.recovered += [w for w in said.recovered if w not in messages.recovered]
+        messages.stale_digest = messages.stale_digest or said.stale_digest
+    return _first_copies(record)
+
+
+def _warnings_of(record: Mapping[str, Any]) -> list[str]:
+    return [str(v) for k, v in record.items() if k.split(":")[0] == "ExifTool" and k.endswith(":Warning")]
+
+
+def _first_copies(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``-G1:4`` record as ``-G1`` names its tags (``GROUP:TAG``): the first copy of each kept, the
+    warnings dropped."""
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        parts = key.split(":")
+        if parts[0] == "ExifTool" and parts[-1] == "Warning":
+            continue
+        out.setdefault(f"{parts[0]}:{parts[-1]}", value)
+    return out
 
 
 def read_warnings(tool: exiftool.ExifTool, path: Path) -> list[str]:
     """Every warning exiftool has about the file when it reads it (reading reports them as
     ``ExifTool:Warning`` tags, not on stderr; ``-G1:4`` numbers the copies so none is lost)."""
     out = tool.execute("-j", "-G1:4", "-a", "-ExifTool:Warning", os.path.abspath(path), retry_if_died=True)
-    record = _json_record(path, out)
-    return [str(v) for k, v in record.items() if k.endswith(":Warning")]
+    return _warnings_of(_json_record(path, out))
 
 
 def _clock_tags(tool: exiftool.ExifTool, path: Path) -> dict[str, Any]:
-    """Every date/time tag exiftool finds in the file (``-time:all``, group family 1)."""
-    out = tool.execute("-j", "-G1", "-a", "-time:all", os.path.abspath(path), retry_if_died=True)
+    """Every date/time tag exiftool finds in the file (``-time:all``, group family 1), and the facts a
+    clock encodes (:data:`photos.clocks.ENCODING_CLOCKS`: Pentax's ShutterCount)."""
+    encoded = [f"-{fact}" for fact, _ in ENCODING_CLOCKS]
+    out = tool.execute("-j", "-G1", "-a", "-time:all", *encoded, os.path.abspath(path), retry_if_died=True)
     return _json_record(path, out)
 
 
@@ -378,18 +490,21 @@ def exiftool_args(
     path: Path | None = None,
     clocks: Mapping[str, Any] | None = None,
     iptc_charset: str | None = None,
+    renew_digest: bool = False,
+    unshifted: list[str] | None = None,
 ) -> list[str]:
     """The exiftool arguments (for use with ``-ec``) that apply ``edit`` to a ``fmt`` file whose
     tags (from ``-j -G1 -a``, see ``_current_tags``) are ``current`` and whose date/time tags
     (``_clock_tags``) are ``clocks``; ``iptc_charset`` is the real charset of an IPTC block that
-    does not declare UTF-8 (:func:`photos.iptc.source_charset`), converted as it is written.
+    does not declare UTF-8 (:func:`photos.iptc.source_charset`), converted as it is written;
+    ``renew_digest``: the file's ``IPTCDigest`` is stale (exiftool warned "not current"), renew it.
 
     Written only where the file already speaks: EXIF only into a file that has an EXIF block, IPTC
     only in the formats that carry it, XMP always; ``IPTCDigest`` is renewed where it exists."""
     current = current or {}
     where = path or Path("<file>")
     args: list[str] = []
-    iptc = fmt in IPTC_FORMATS
+    iptc = speaks_iptc(fmt, current)
     has_exif = any(in_group(key.split(":", 1)[0], "EXIF") for key in current)
     xmp_written = False
 
@@ -432,20 +547,37 @@ def exiftool_args(
         assign("IPTC:CopyrightNotice", edit.copyright)
         assign("EXIF:Copyright", edit.copyright)
     if edit.shift:
-        args += clock_args(edit.shift, clocks or {}, where)
+        args += clock_args(edit.shift, clocks or {}, where, unshifted)
         xmp_written = xmp_written or any(a.startswith("-XMP") for a in args)
     iptc_args = [a for a in args if a.startswith("-IPTC:")]
     if iptc_args:
         named = sorted({a[1:].split("=", 1)[0] for a in iptc_args})  # set or cleared: never copied back
         if any(not a.endswith("=") for a in iptc_args):
             args += charset_args(current, named, iptc_charset)
-        if current.get("Photoshop:IPTCDigest"):
-            args.append("-Photoshop:IPTCDigest=new")  # Photoshop and Lightroom compare it with the block
+    if (iptc_args or (renew_digest and args and iptc)) and current.get("Photoshop:IPTCDigest"):
+        args.append("-Photoshop:IPTCDigest=new")  # Photoshop and Lightroom compare it with the block
+    if any(a.startswith(("-EXIF:", "-IFD0:")) for a in args) and "IFD0:YCbCrPositioning" not in current:
+        # exiftool adds this "mandatory" tag to an IFD0 it creates (a PNG's EXIF): never unasked
+        args.append("-IFD0:YCbCrPositioning=")
     if xmp_written:
         # Keep the XMP toolkit stamp as it was (exiftool would put its own name there, or add one).
         toolkit = current.get("XMP-x:XMPToolkit")
         args.append(f"-XMP-x:XMPToolkit={_exiftool_value(str(toolkit))}" if toolkit else "-XMP-x:XMPToolkit=")
     return args
+
+
+def speaks_iptc(fmt: str, current: Mapping[str, Any]) -> bool:
+    """Whether the file's IPTC is written: JPEG and TIFF always, any other format (a PNG's IPTC
+    profile) where it already has an IPTC block, so no store is left stale."""
+    return fmt in IPTC_FORMATS or any(key.split(":", 1)[0] == "IPTC" for key in current)
+
+
+def _xp_left_out(args: list[str]) -> list[str]:
+    """The keywords left out of a rewritten ``XPKeywords`` (beyond UCS-2: emoji)."""
+    if not any(a.startswith("-EXIF:XPKeywords=") for a in args):
+        return []
+    flat = [a.split("=", 1)[1] for a in args if a.startswith("-XMP-dc:Subject=")]
+    return [k for k in flat if k and beyond_ucs2(k)]
 
 
 def _exiftool_value(text: str) -> str:

@@ -43,6 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
 
 from photos.errors import PhotoError
+from photos.process_exit import at_exit
 
 #: Arguments sent with every command: UTF-8 file names, and values written as given.
 COMMON_ARGS: tuple[str, ...] = ("-charset", "filename=utf8", "-charset", "utf8")
@@ -92,30 +93,74 @@ sub PhotojobsIptcTime($) {
 
 
 _config_file: tuple[int, str] | None = None
+_config_memfd: tuple[int, int] | None = None
+#: The name of a config file (only where there is no memfd): ``photojobs-exiftool-<pid>-<random>.config``.
+CONFIG_PREFIX = "photojobs-exiftool-"
+
+
+def config_source() -> tuple[str, tuple[int, ...]]:
+    """Where exiftool reads :data:`CONFIG` from, and the descriptor it must inherit for that.
+
+    On Linux an anonymous in-memory file (``memfd_create``: nothing in the temp folder, gone with
+    the process) read as ``/dev/fd/N``; elsewhere :func:`config_path`'s private file."""
+    global _config_memfd
+    if hasattr(os, "memfd_create") and os.path.isdir("/dev/fd"):
+        with _spawner_lock:
+            pid = os.getpid()
+            if _config_memfd is None or _config_memfd[0] != pid:  # a forked child makes its own
+                fd = os.memfd_create("photojobs-exiftool-config", os.MFD_CLOEXEC)
+                os.write(fd, CONFIG.encode("utf-8"))
+                _config_memfd = (pid, fd)
+            fd = _config_memfd[1]
+        return f"/dev/fd/{fd}", (fd,)
+    return config_path(), ()
 
 
 def config_path() -> str:
-    """A private copy of :data:`CONFIG` (mode 0600, made once per process and removed at exit; never
-    a predictable shared path, since exiftool runs the file as Perl)."""
+    """A private copy of :data:`CONFIG` as a file (mode 0600, ``photojobs-exiftool-<pid>-…``; never a
+    predictable shared path, since exiftool runs the file as Perl): made once per process, removed
+    when the process ends (:func:`photos.process_exit.at_exit`), and a dead process's swept by the
+    next one that makes its own."""
     global _config_file
     with _spawner_lock:
         pid = os.getpid()
         if _config_file is None or _config_file[0] != pid or not os.path.exists(_config_file[1]):
-            fd, path = tempfile.mkstemp(prefix="photojobs-exiftool-", suffix=".config")
+            sweep_dead_configs()
+            fd, path = tempfile.mkstemp(prefix=f"{CONFIG_PREFIX}{pid}-", suffix=".config")
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(CONFIG)
             _config_file = (pid, path)
-            atexit.register(_remove_own, pid, path)
+            at_exit(_unlink_quietly, path)
         return _config_file[1]
 
 
-def _remove_own(pid: int, path: str) -> None:
-    """Remove this process's config at exit (a forked child leaves its parent's file alone)."""
-    if os.getpid() == pid:
+def sweep_dead_configs(folder: str | None = None) -> list[str]:
+    """Remove the config files of processes that are gone (``photojobs-exiftool-<pid>-….config``
+    whose pid runs no more, and is this user's); the names removed."""
+    folder = folder or tempfile.gettempdir()
+    removed = []
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(CONFIG_PREFIX) and n.endswith(".config")]
+    except OSError:
+        return removed
+    for name in names:
+        pid = name[len(CONFIG_PREFIX) :].split("-", 1)[0]
+        path = os.path.join(folder, name)
         try:
-            os.unlink(path)
+            mine = os.lstat(path).st_uid == os.getuid()
         except OSError:
-            pass
+            continue
+        if pid.isdigit() and mine and not os.path.exists(f"/proc/{pid}"):
+            _unlink_quietly(path)
+            removed.append(name)
+    return removed
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 #: Options whose argument is the next one. exiftool expands format codes (``%d %f %e %c``, also
@@ -218,7 +263,7 @@ _spawner_lock = threading.Lock()
 _instances: weakref.WeakSet[ExifTool] = weakref.WeakSet()
 
 
-def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
+def _spawn(argv: list[str], pass_fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
     """Popen from one long-lived thread per process, so a parent-death signal fires only when
     the process itself ends (not when the worker thread that first needed exiftool exits)."""
     global _spawner
@@ -233,6 +278,7 @@ def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         close_fds=True,
+        pass_fds=pass_fds,
     ).result()
 
 
@@ -289,11 +335,12 @@ class ExifTool:
         if exe is None:
             name = self.executable or os.environ.get(ENV) or "exiftool"
             raise PhotoError(None, f"exiftool is not installed ({name!r} is not found); {INSTALL_HINT}")
-        argv = [exe, "-config", config_path(), "-stay_open", "True", "-@", "-"]
+        config, inherited = config_source()
+        argv = [exe, "-config", config, "-stay_open", "True", "-@", "-"]
         setpriv = shutil.which("setpriv")
         if setpriv is not None:
             argv = [setpriv, "--pdeathsig", "KILL", "--", *argv]
-        proc = _spawn(argv)
+        proc = _spawn(argv, inherited)
         self._proc = proc
         return proc
 

@@ -1,19 +1,34 @@
-"""exiftool's warnings, classified the same way whether a file is read or written.
+"""exiftool's warnings, classified the same way whether a file is read or written: a policy, not
+a blanket refusal (the README's warning table is this one).
 
-- a ``[minor]`` warning saying exiftool *fixed* something by itself (``[minor] Fixed incorrect URI
-  for xmlns:MicrosoftPhoto``, ``Entries in IFD0 were out of sequence. Fixed.``, ``Adjusted
-  MakerNotes base by 8``), and the JPEG XL codestream it wraps in its container when asked to:
-  not a refusal; the item's result records it (``exiftool_fixed``).
-- any other ``[minor]`` warning (``Maker notes could not be parsed``: exiftool could not fix their
-  offsets) refuses a write as a serious one does; reading a file that is never written (a raw,
-  for its capture time) only needs the serious ones absent.
-- ``Sorry, GROUP:TAG doesn't exist or isn't writable``: a tag exiftool reads but cannot write (a
-  vendor's clock such as ``Samsung:TimeStamp``). A clock the shift asked for is left as it is and
-  reported (``unshifted``); any other tag is a refusal.
-- anything else (``Bad IFD0 directory``, ``Invalid date/time``, …): what the file says cannot be
-  read or written safely, so nothing is written (PhotoError naming the file).
+===========================================  ================================================
+warning                                      what photojobs does
+===========================================  ================================================
+``[minor]`` saying exiftool *fixed* it        written; the item's result lists it
+(``Fixed incorrect URI for xmlns:…``,        (``exiftool_fixed``)
+``Entries in IFD0 were out of sequence.
+Fixed.``, ``Adjusted MakerNotes base by 8``,
+``… found after PNG IDAT (fixed)``, the JXL
+codestream wrapped)
+``IPTCDigest is not current. XMP may be out   written: the edit's fields go to IPTC and XMP alike
+of sync`` (another app touched the file       and the digest is renewed (as Lightroom does); the
+after Photoshop)                             result lists it (``exiftool_fixed``)
+any other ``[minor]`` warning exiftool        written as exiftool writes it; the result lists it
+recovers from (an empty XMP list such as      (``exiftool_warned``)
+darktable's ``history``, PNG text after the
+image data, a duplicate XMP property, an
+IPTC value over its length)
+``[minor]`` about maker notes or a bad       refused: exiftool could not keep their offsets,
+directory (``Maker notes could not be        the camera's notes (or that directory) would be
+parsed``, ``Bad MakerNoteNikon directory``)  lost
+``Sorry, GROUP:TAG … isn't writable``         a clock the shift asked for: left as it is and
+                                             named (``unshifted``); any other tag: refused
+anything else (``Bad IFD0 directory``,        refused: what the file says cannot be read or
+``Invalid date/time``, …)                     written safely, nothing is written (PhotoError)
+===========================================  ================================================
 
-exiftool's ``Error:`` lines never reach here: :class:`photos.exiftool.ExifTool` raises them.
+Reading a file that is never written (a raw, for its capture time) only needs the serious ones
+absent. exiftool's ``Error:`` lines never reach here: :class:`photos.exiftool.ExifTool` raises them.
 """
 
 from __future__ import annotations
@@ -25,9 +40,15 @@ MINOR = "[minor]"
 #: What a warning says when exiftool fixed the problem itself (after ``[minor]``).
 _FIXED = re.compile(
     r"^(?:\[minor\] )?(?:Fixed |Entries in .* were out of sequence\. Fixed|Adjusted .* by |"
-    r"Possibly incorrect maker notes offsets \(fixed by|Will wrap JXL codestream|Wrapped JXL codestream)",
+    r"Possibly incorrect maker notes offsets \(fixed by|Will wrap JXL codestream|Wrapped JXL codestream|"
+    r".*\(fixed\)$)",
     re.IGNORECASE,
 )
+#: [minor] warnings that still refuse: exiftool could not keep the maker notes (their offsets), or
+#: found a directory it cannot read (``[minor] Bad MakerNoteNikon directory``): a write would lose it.
+_MINOR_REFUSED = re.compile(r"maker ?note|\bBad .* directory", re.IGNORECASE)
+#: Photoshop's digest of the IPTC block no longer matches it: renewed by the write.
+STALE_DIGEST = re.compile(r"^IPTCDigest is not current", re.IGNORECASE)
 _PREFIX = re.compile(r"^(?:Warning|Error):\s*")
 _UNWRITABLE = re.compile(r"^Sorry, (\S+?) (?:doesn't exist or isn't writable|is not writable)\b")
 
@@ -37,7 +58,9 @@ class Messages:
     """One command's warnings, by kind (each without ``Warning:`` and the trailing file name)."""
 
     fixed: list[str] = field(default_factory=list)  # [minor]: exiftool fixed or worked around it
-    minor: list[str] = field(default_factory=list)  # other [minor]: a write could lose something
+    recovered: list[str] = field(default_factory=list)  # other [minor]: written as exiftool writes it
+    minor: list[str] = field(default_factory=list)  # [minor] about maker notes: a write would lose them
+    stale_digest: bool = False  # "IPTCDigest is not current": the write renews it
     unwritable: list[str] = field(default_factory=list)  # tags (GROUP:TAG) exiftool cannot write
     serious: list[str] = field(default_factory=list)  # anything else: nothing is written
 
@@ -69,8 +92,11 @@ def classify(warnings: list[str], *paths: str) -> Messages:
         unwritable = _UNWRITABLE.match(text)
         if _FIXED.match(text):
             target = out.fixed
+        elif STALE_DIGEST.match(text):
+            out.stale_digest = True
+            text, target = "IPTCDigest was not current (XMP may have been out of sync): renewed", out.fixed
         elif MINOR in text.lower():
-            target = out.minor
+            target = out.minor if _MINOR_REFUSED.search(text) else out.recovered
         elif unwritable:
             text, target = unwritable.group(1), out.unwritable
         else:

@@ -8,13 +8,15 @@ Every output is first written to a *staged* temp file next to its target
   ``renameat2(RENAME_NOREPLACE)`` on filesystems without hard links, such as exFAT);
 * :func:`move_no_clobber` moves a file, copying and verifying across filesystems.
 
-Directories are fsynced after each publish so the new name survives a power cut.
-:func:`sweep_stray_temps` removes staged files left behind by crashed attempts.
+Every name is reached beneath its root (``within``, a :class:`photos.rootfs.Roots`) with no symlink
+followed, and acted on through its folder's descriptor: a folder swapped for a symlink between a
+check and the act writes, moves and removes nothing outside (``rootfs.NotBeneath``). Folders are
+fsynced after each publish so the new name survives a power cut. :func:`sweep_stray_temps` removes
+staged files left behind by crashed attempts.
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import hashlib
 import os
@@ -25,43 +27,30 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from photos.containment import open_inside, resolve_inside
+from photos import rootfs
+from photos.containment import open_inside
 from photos.errors import InvalidParameter, OutsideRoot, PhotoError
+from photos.rootfs import Root, Roots
 
 CHUNK = 1024 * 1024
 _TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _STAGED_RE = re.compile(r"^\..+\.pj-[A-Za-z0-9_.-]{1,64}\.tmp$", re.DOTALL)
 _NAME_MAX = 255
 
-#: Indirection so tests can simulate a cross-filesystem link (``OSError(errno.EXDEV)``).
-_link = os.link
-
-# errnos meaning "this filesystem cannot hard-link" (exFAT/FAT, some network and FUSE mounts).
-_NO_LINK_ERRNOS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS}
-
 
 def sha256_file(
-    path: str | os.PathLike[str],
-    *,
-    roots: Sequence[str | os.PathLike[str]] | None = None,
-    nofollow: bool = False,
+    path: str | os.PathLike[str], *, roots: Sequence[str | os.PathLike[str]] | None = None
 ) -> str:
     """Hex SHA-256 of a file, read in 1 MiB chunks. With ``roots`` (recorded already resolved) the
     file actually opened must lie inside them (:func:`photos.containment.open_inside`): a hash taken
     this way ties later work that verifies it (a staged copy, an S3 checksum) to a file inside.
-    With ``nofollow`` a symlink at ``path`` is refused (``OSError`` ELOOP), never followed."""
-    digest = hashlib.sha256()
-    if nofollow:
-        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-        fh = os.fdopen(os.open(path, flags | getattr(os, "O_NONBLOCK", 0)), "rb")
-    elif roots is None:
+    (A file beneath a job's roots that must not be followed at all: :func:`content_sha256`.)"""
+    if roots is None:
         fh = open(path, "rb")  # noqa: SIM115 - closed below
     else:
         fh = os.fdopen(open_inside(path, roots, resolve_roots=False), "rb")
     with fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return sha256_of(fh)
 
 
 # -- staged names --------------------------------------------------------------------------------
@@ -93,57 +82,60 @@ def is_staged_name(name: str) -> bool:
     return bool(_STAGED_RE.match(name))
 
 
-def fsync_dir(path: str | os.PathLike[str]) -> None:
-    """fsync a directory so that entries created, renamed or removed in it are durable."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def stage_with(target: str | os.PathLike[str], tag: str, writer: Callable[[BinaryIO], None]) -> Path:
-    """Create the staged file for ``target`` (and its parent directories), let ``writer`` fill it,
-    flush + fsync it and its directory; return its path. A stale staged file of the same tag is
-    overwritten; on error the staged file is removed and the error re-raised."""
+def stage_with(
+    target: str | os.PathLike[str], tag: str, writer: Callable[[BinaryIO], None], *, within: Roots
+) -> Path:
+    """Create the staged file for ``target`` (and its parent folders, beneath their root), let
+    ``writer`` fill it, flush + fsync it and its folder; return its path. A stale staged file of the
+    same tag is removed first (never written through: the new one is ``O_EXCL | O_NOFOLLOW``); on
+    error the staged file is removed and the error re-raised."""
     staged = staged_path(target, tag)
-    staged.parent.mkdir(parents=True, exist_ok=True)
-    _unlink_quietly(staged)  # never write through whatever (even a symlink) sits at that name
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(staged, flags, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            writer(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except BaseException:
-        _unlink_quietly(staged)
-        raise
-    fsync_dir(staged.parent)
+    write_new(staged, writer, within=within)
     return staged
 
 
-def stage_bytes(target: str | os.PathLike[str], tag: str, data: bytes) -> Path:
+def write_new(path: Path, writer: Callable[[BinaryIO], None], *, within: Roots) -> None:
+    """Write a new file at ``path`` beneath its root (its missing folders made): whatever is at the
+    name is removed first, never written through (``O_EXCL | O_NOFOLLOW``); ``writer`` fills it, it
+    and its folder are fsynced; on error it is removed and the error re-raised."""
+    with within.folder_of(path, create=True) as (folder, name):
+        folder.delete(name, missing_ok=True)
+        fd = folder.create(name)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                writer(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except BaseException:
+            folder.delete(name, missing_ok=True)
+            raise
+        folder.fsync()
+
+
+def stage_bytes(target: str | os.PathLike[str], tag: str, data: bytes, *, within: Roots) -> Path:
     """Stage ``data`` as the future content of ``target``; return the staged path."""
 
     def write(fh: BinaryIO) -> None:
         fh.write(data)
 
-    return stage_with(target, tag, write)
+    return stage_with(target, tag, write, within=within)
 
 
-def stage_copy(src: str | os.PathLike[str], target: str | os.PathLike[str], tag: str) -> Path:
-    """Stage a copy of ``src`` (content, permission bits and timestamps) next to ``target``."""
-    staged, _ = _stage_copy_hashed(Path(src), Path(target), tag)
+def stage_copy(
+    src: str | os.PathLike[str], target: str | os.PathLike[str], tag: str, *, within: Roots
+) -> Path:
+    """Stage a copy of ``src`` (content, permission bits and timestamps; read beneath its root, not
+    followed) next to ``target``."""
+    staged, _ = _stage_copy_hashed(Path(src), Path(target), tag, within)
     return staged
 
 
-def _stage_copy_hashed(src: Path, target: Path, tag: str) -> tuple[Path, str]:
+def _stage_copy_hashed(src: Path, target: Path, tag: str, within: Roots) -> tuple[Path, str]:
     """Copy ``src`` to a staged file next to ``target``; return it and the SHA-256 of what was read."""
     digest = hashlib.sha256()
 
     def write(fh: BinaryIO) -> None:
-        with open(src, "rb") as source:
+        with os.fdopen(within.open(src), "rb") as source:
             while chunk := source.read(CHUNK):
                 digest.update(chunk)
                 fh.write(chunk)
@@ -155,40 +147,66 @@ def _stage_copy_hashed(src: Path, target: Path, tag: str) -> tuple[Path, str]:
         except OSError:
             pass
 
-    return stage_with(target, tag, write), digest.hexdigest()
+    return stage_with(target, tag, write, within=within), digest.hexdigest()
+
+
+def content_sha256(path: str | os.PathLike[str], *, within: Roots) -> str | None:
+    """SHA-256 of the regular file at ``path``, opened beneath its root (no symlink followed, on its
+    way or at its name); None when there is none there (gone, a symlink, not a regular file).
+    A path out of reach (outside the roots, a folder on its way a symlink) is ``OutsideRoot``."""
+    try:
+        fd = within.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return None
+        return sha256_of(fh)
+
+
+def sha256_of(fh: BinaryIO) -> str:
+    """Hex SHA-256 of what is left to read of ``fh``, in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    while chunk := fh.read(CHUNK):
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 # -- publishing ----------------------------------------------------------------------------------
-def replace_atomic(staged: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
-    """Atomically put ``staged`` in place of ``target`` (overwriting it) and fsync the directory.
+def replace_atomic(staged: str | os.PathLike[str], target: str | os.PathLike[str], *, within: Roots) -> None:
+    """Atomically put ``staged`` in place of ``target`` (overwriting it) and fsync the folder(s),
+    both names resolved beneath their root (``rootfs.NotBeneath`` when a folder on the way is a
+    symlink now: nothing replaced).
 
     Raises FileNotFoundError when ``staged`` no longer exists: the edit was already applied by
     another attempt (or swept), so a late attempt must not apply anything.
     """
-    staged, target = Path(staged), Path(target)
-    try:
-        os.replace(staged, target)
-    except FileNotFoundError as exc:
-        if not os.path.lexists(staged):
-            raise FileNotFoundError(
-                errno.ENOENT, "staged file is gone (already applied or swept)", str(staged)
-            ) from exc
-        raise
-    _fsync_dirs(staged.parent, target.parent)
+    with within.folders(staged, target) as [(sf, sname), (tf, tname)]:
+        try:
+            rootfs.replace(sf, sname, tf, tname)
+        except FileNotFoundError as exc:
+            if sf.lstat(sname) is None:
+                raise FileNotFoundError(
+                    errno.ENOENT, "staged file is gone (already applied or swept)", str(staged)
+                ) from exc
+            raise
+        _fsync_folders(sf, tf)
 
 
-def publish_no_clobber(staged: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+def publish_no_clobber(
+    staged: str | os.PathLike[str], target: str | os.PathLike[str], *, within: Roots
+) -> None:
     """Give ``staged`` the name ``target`` without ever overwriting an existing ``target``.
 
-    ``os.link`` then unlink of the staged name (``renameat2(RENAME_NOREPLACE)`` where the
-    filesystem has no hard links); directories are fsynced. Raises FileExistsError if
-    ``target`` exists, FileNotFoundError if ``staged`` is gone. If ``target`` already *is* the
+    ``linkat`` then unlink of the staged name (``renameat2(RENAME_NOREPLACE)`` where the
+    filesystem has no hard links), beneath their roots; folders are fsynced. Raises FileExistsError
+    if ``target`` exists, FileNotFoundError if ``staged`` is gone. If ``target`` already *is* the
     staged file (an earlier attempt linked it and crashed before unlinking) the publish is
     completed instead of failing.
     """
-    staged, target = Path(staged), Path(target)
-    _rename_no_clobber(staged, target)
-    _fsync_dirs(staged.parent, target.parent)
+    with within.folders(staged, target) as [(sf, sname), (tf, tname)]:
+        _rename_no_clobber(sf, sname, tf, tname)
+        _fsync_folders(sf, tf)
 
 
 def move_no_clobber(
@@ -197,8 +215,10 @@ def move_no_clobber(
     expected_sha256: str | None = None,
     *,
     tag: str = "move",
+    within: Roots,
 ) -> None:
-    """Move ``src`` to ``target``, never overwriting an existing ``target``.
+    """Move ``src`` to ``target``, never overwriting an existing ``target``; the target's missing
+    folders are made beneath its root, and every folder is reached without following a symlink.
 
     Same filesystem: hard link + unlink (or ``renameat2(RENAME_NOREPLACE)``). Across filesystems
     (EXDEV): copy to a staged file next to ``target``, fsync, verify its SHA-256 against
@@ -208,24 +228,27 @@ def move_no_clobber(
     not verify (``src`` is then left untouched and the staged copy removed).
     """
     src, target = Path(src), Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        _rename_no_clobber(src, target)
-    except OSError as exc:
-        if exc.errno != errno.EXDEV:
-            raise
-    else:
-        _fsync_dirs(src.parent, target.parent)
-        return
-    _move_across_filesystems(src, target, expected_sha256, tag)
+    within.makedirs(target.parent)
+    with within.folders(src, target) as [(sf, sname), (tf, tname)]:
+        try:
+            _rename_no_clobber(sf, sname, tf, tname)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+        else:
+            _fsync_folders(sf, tf)
+            return
+        if tf.lstat(tname) is not None:
+            raise FileExistsError(errno.EEXIST, "target already exists", str(target))
+    _move_across_filesystems(src, target, expected_sha256, tag, within)
 
 
-def _move_across_filesystems(src: Path, target: Path, expected_sha256: str | None, tag: str) -> None:
-    if os.path.lexists(target):
-        raise FileExistsError(errno.EEXIST, "target already exists", str(target))
-    staged, read_sha = _stage_copy_hashed(src, target, tag)
+def _move_across_filesystems(
+    src: Path, target: Path, expected_sha256: str | None, tag: str, within: Roots
+) -> None:
+    staged, read_sha = _stage_copy_hashed(src, target, tag, within)
     try:
-        written_sha = sha256_file(staged)
+        written_sha = content_sha256(staged, within=within)
         want = expected_sha256.lower() if expected_sha256 else read_sha
         if written_sha != want or read_sha != want:
             raise PhotoError(
@@ -233,83 +256,46 @@ def _move_across_filesystems(src: Path, target: Path, expected_sha256: str | Non
                 f"copy to {target} did not verify: source read as sha256 {read_sha}, "
                 f"copy is {written_sha}, expected {want}",
             )
-        publish_no_clobber(staged, target)
+        publish_no_clobber(staged, target, within=within)
     except BaseException:
-        _unlink_quietly(staged)
+        within.delete(staged, missing_ok=True)
         raise
-    os.unlink(src)
-    fsync_dir(src.parent)
+    within.delete(src, durable=True)
 
 
-def _rename_no_clobber(src: Path, target: Path) -> None:
-    """Give ``src``'s file the name ``target`` and drop the name ``src``; never overwrite."""
+def _rename_no_clobber(sf: Root, sname: str, tf: Root, tname: str) -> None:
+    """Give ``sname``'s file the name ``tname`` and drop the name ``sname``; never overwrite."""
     try:
-        _link(src, target)
+        rootfs.link(sf, sname, tf, tname)
     except FileExistsError:
-        if _same_file(src, target):  # an earlier attempt linked, then died before the unlink
-            os.unlink(src)
+        if _same_file(sf, sname, tf, tname):  # an earlier attempt linked, then died before the unlink
+            sf.delete(sname)
             return
         raise
     except OSError as exc:
-        if exc.errno not in _NO_LINK_ERRNOS:
+        if exc.errno not in rootfs.NO_LINK_ERRNOS:
             raise
-        _renameat2_noreplace(src, target, exc)
+        try:
+            rootfs.rename_noreplace(sf, sname, tf, tname)
+        except OSError as noreplace:
+            if noreplace.errno == errno.ENOSYS:
+                raise exc from None
+            raise
         return
-    os.unlink(src)
+    sf.delete(sname)
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
+def _same_file(sf: Root, sname: str, tf: Root, tname: str) -> bool:
+    a, b = sf.lstat(sname), tf.lstat(tname)
+    return a is not None and b is not None and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-_RENAME_NOREPLACE = 1
-_AT_FDCWD = -100
+def _fsync_folders(*folders: Root) -> None:
+    for folder in {id(f): f for f in folders}.values():
+        folder.fsync()
 
 
-def _renameat2_noreplace(src: Path, target: Path, cause: OSError) -> None:
-    """Atomic rename that fails with EEXIST instead of overwriting (Linux ``renameat2``)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        raise cause from None
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    renameat2.restype = ctypes.c_int
-    if renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(target), _RENAME_NOREPLACE) != 0:
-        err = ctypes.get_errno()
-        if err in (errno.ENOSYS, errno.EINVAL):
-            raise cause
-        raise OSError(err, os.strerror(err), str(src), None, str(target))
-
-
-def _fsync_dirs(*dirs: Path) -> None:
-    for d in dict.fromkeys(os.path.abspath(d) for d in dirs):
-        fsync_dir(d)
-
-
-def _unlink_quietly(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-# -- roots and sweeping --------------------------------------------------------------------------
-def ensure_inside(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
-    """Resolve ``path`` (relative paths are taken relative to ``root``; symlinks followed) and
-    return it; raise OutsideRoot if it is not ``root`` itself or inside it."""
-    candidate = Path(path)
-    if not candidate.is_absolute():
-        candidate = Path(root) / candidate
-    try:
-        return resolve_inside(candidate, [root], what=f"the root {Path(root)}")
-    except OutsideRoot:
-        raise OutsideRoot(path, f"resolves outside the root {Path(root)}") from None
-
-
+# -- sweeping ------------------------------------------------------------------------------------
 def sweep_stray_temps(
     root: str | os.PathLike[str],
     older_than_seconds: float,
@@ -317,33 +303,35 @@ def sweep_stray_temps(
     *,
     now: float | None = None,
 ) -> list[Path]:
-    """Remove staged temp files (``.*.pj-*.tmp``) under ``root`` whose mtime is older than
-    ``older_than_seconds`` and that ``is_live`` does not claim; return the removed paths (sorted).
-
-    Symlinks are neither followed nor removed; unreadable directories are skipped.
-    """
+    """Remove staged temp files (``.*.pj-*.tmp``) under the real folder ``root`` whose mtime is
+    older than ``older_than_seconds`` and that ``is_live`` does not claim; return the removed paths
+    (sorted). The tree is walked by descriptors (``os.fwalk``) and each name removed through its
+    folder's: no symlink is followed, on the way or at a name; unreadable folders are skipped."""
     now = time.time() if now is None else now
     removed: list[Path] = []
-    for dirpath, _dirnames, filenames in os.walk(root):
-        for name in filenames:
-            if not is_staged_name(name):
-                continue
-            path = Path(dirpath) / name
-            try:
-                st = os.lstat(path)
-            except FileNotFoundError:
-                continue
-            if not _is_regular(st.st_mode) or now - st.st_mtime <= older_than_seconds:
-                continue
-            if is_live(path):
-                continue
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                continue
-            removed.append(path)
-    for d in dict.fromkeys(p.parent for p in removed):
-        fsync_dir(d)
+    with rootfs.open_root(root) as top:
+        for dirpath, _dirnames, filenames, dirfd in os.fwalk(".", dir_fd=top.fd):
+            swept = False
+            for name in filenames:
+                if not is_staged_name(name):
+                    continue
+                path = Path(root, dirpath, name)
+                try:
+                    st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if not _is_regular(st.st_mode) or now - st.st_mtime <= older_than_seconds:
+                    continue
+                if is_live(path):
+                    continue
+                try:
+                    os.unlink(name, dir_fd=dirfd)
+                except FileNotFoundError:
+                    continue
+                removed.append(Path(os.path.normpath(path)))
+                swept = True
+            if swept:
+                os.fsync(dirfd)
     return sorted(removed)
 
 
@@ -351,12 +339,12 @@ def _is_regular(mode: int) -> bool:
     return stat.S_ISREG(mode)
 
 
-def prune_empty_dirs(folder: Path, stop: Path) -> None:
+def prune_empty_dirs(folder: Path, stop: Path, *, within: Roots) -> None:
     """Remove ``folder`` and its parents while they are empty (e.g. the dated folders a move left),
-    up to ``stop`` (kept)."""
+    up to ``stop`` (kept), each beneath its root (a folder swapped for a symlink stops it)."""
     while folder != stop and stop in folder.parents:
         try:
-            folder.rmdir()
-        except OSError:
+            within.remove_folder(folder)
+        except (OSError, OutsideRoot):
             return
         folder = folder.parent

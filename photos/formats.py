@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from photos.errors import PhotoError, UnreadableImage, describe_content
+from photos.image_open import decoding_errors, open_image
+from photos.image_open import register_openers as _register
 from photos.raw import RAW_SUFFIXES
 
 #: Formats that carry a standard IPTC block.
@@ -169,38 +171,42 @@ def check_complete(src: Path, fmt: str, data: bytes) -> None:
 
 
 def register_openers() -> None:
-    """Let Pillow open every format written here: HEIF through pillow-heif (registered by
-    ``photos.analyze``), JPEG XL through pillow-jxl-plugin; AVIF and WebP are Pillow's own."""
-    import photos.analyze  # noqa: F401  (registers the HEIF opener)
-
-    try:
-        import pillow_jxl  # noqa: F401  (registers the JPEG XL opener)
-    except ImportError:  # pragma: no cover - a dependency; without it a JXL does not decode
-        pass
+    """Let Pillow open every format written here (:func:`photos.image_open.register_openers`)."""
+    _register()
 
 
-def check_decodes(src: str | os.PathLike[str], *, max_pixels: int = 200_000_000) -> None:
+def check_decodes(
+    src: str | os.PathLike[str], *, max_pixels: int = 200_000_000, digest: bool = False
+) -> str | None:
     """Refuse (UnreadableImage) a file Pillow cannot decode: its structure is verified and every
     pixel row read (a JPEG at its smallest DCT scale, which still decodes all of its scan data).
-    Every writing lane calls this, whether or not the job analyses its photos."""
+    Every writing lane calls this, whether or not the job analyses its photos. ``digest``: return
+    the digest of the decoded pixels (:func:`photos.verify.pixel_digest`'s), for a format the
+    written copy is verified against by decoding; else None."""
+    import hashlib
+
     from PIL import Image
 
-    register_openers()
     path = Path(src)
     try:
-        with Image.open(path) as img:
+        with open_image(path) as img:
             if img.width * img.height > max_pixels:
                 size = f"{img.width}x{img.height}"
                 raise UnreadableImage(path, f"image of {size} pixels is larger than {max_pixels}")
             img.verify()
-        with Image.open(path) as img:
-            if img.format == "JPEG":
+        with open_image(path) as img:
+            if img.format == "JPEG" and not digest:
                 img.draft(img.mode, (max(1, img.width // 8), max(1, img.height // 8)))
             img.load()
+            if not digest:
+                return None
+            found = hashlib.sha256(f"{img.mode} {img.size}".encode())
+            found.update(img.tobytes())
+            return found.hexdigest()
     except (UnreadableImage, PhotoError):
         raise
     except Image.DecompressionBombError as exc:
         raise UnreadableImage(path, f"decompression bomb: {exc}") from None
-    except (OSError, SyntaxError, ValueError, EOFError, struct.error, IndexError, TypeError) as exc:
+    except decoding_errors() as exc:
         what = type(exc).__name__
         raise UnreadableImage(path, f"the image does not decode ({what}); nothing was written") from None

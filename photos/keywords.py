@@ -104,6 +104,13 @@ def ucs2(text: str) -> str:
     return "".join(chr(ord(c) & 0xFFFF) if ord(c) > 0xFFFF else c for c in text)
 
 
+def beyond_ucs2(text: str) -> bool:
+    """True when ``text`` holds a character beyond U+FFFF (an emoji such as ``🏖``): exiftool writes
+    ``XPKeywords`` as UCS-2 and would store junk for it, so such a keyword is left out of
+    ``XPKeywords`` (XMP and IPTC hold it; the item's result names it)."""
+    return any(ord(c) > 0xFFFF for c in text)
+
+
 def lossy_copies(keyword: str) -> set[str]:
     """The (case-folded) forms a keyword takes in IPTC (64-byte cut) and ``XPKeywords`` (UCS-2)
     that differ from it: never a keyword of their own."""
@@ -205,8 +212,9 @@ def keyword_writes(
         writes.append(("XMP-lr:HierarchicalSubject", hier))
     if iptc and [iptc_cut("Keywords", k) for k in flat] != existing(current, "IPTC", "Keywords"):
         writes.append(("IPTC:Keywords", flat))
-    if has_exif and ucs2(";".join(flat)) != ";".join(existing(current, "EXIF", "XPKeywords")):
-        writes.append(("EXIF:XPKeywords", ";".join(flat)))
+    xp = [k for k in flat if not beyond_ucs2(k)]  # exiftool writes UCS-2: an emoji would be junk
+    if has_exif and ";".join(xp) != ";".join(existing(current, "EXIF", "XPKeywords")):
+        writes.append(("EXIF:XPKeywords", ";".join(xp)))
     if removed_flat or removed_paths:
         for tag, separator in OTHER_LISTS:
             group, name = tag.split(":", 1)

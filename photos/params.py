@@ -5,11 +5,16 @@ An unknown or malformed parameter is refused with the list of valid ones, before
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from photos.archive import parse_bundle_kind
+from photos.clocks import parse_shift
 from photos.errors import InvalidParameter
+from photos.rename import validate_pattern
+from photos.upload import parse_target
 
 DEFAULT_RENAME_PATTERN = "{taken:%Y/%m/%Y-%m-%d_%H%M%S}_{camera}{ext}"
 
@@ -54,22 +59,16 @@ def _keyword_mode(value: Any) -> str:
 
 
 def _shift(value: Any) -> str:
-    from photos.exif import parse_shift
-
     parse_shift(str(value))
     return str(value)
 
 
 def _pattern(value: Any) -> str:
-    from photos.rename import validate_pattern
-
     validate_pattern(str(value))
     return str(value)
 
 
 def _upload_target(value: Any) -> str:
-    from photos.upload import parse_target
-
     parse_target(str(value))
     return str(value)
 
@@ -82,8 +81,6 @@ def _target_name(value: Any) -> str:
 
 
 def _bundle(value: Any) -> str:
-    from photos.archive import parse_bundle_kind
-
     return parse_bundle_kind(str(value))
 
 
@@ -98,6 +95,23 @@ def _folder(value: Any) -> str:
 # folders a confined job may read and write (photo roots and output roots); the workers re-check
 # every destination against them at the moment of use.
 ALLOWED_ROOTS_KEY = "job.allowed_roots"
+#: The parameters naming a local folder a job writes into besides its photo roots.
+DESTINATIONS = ("archive.root", "upload.target")
+
+
+def job_roots(roots: Iterable[str], params: Mapping[str, Any]) -> list[Path]:
+    """The real folders a job's file effects may change (``photos.rootfs.Roots``): its photo roots
+    (recorded resolved at submission), its archive root and its local upload folder — recorded
+    resolved for a confined job, resolved now for an operator's own (unconfined) one."""
+    found = [Path(r) for r in roots]
+    confined = ALLOWED_ROOTS_KEY in params
+    for key in DESTINATIONS:
+        value = params.get(key)
+        if isinstance(value, str) and value and "://" not in value:
+            found.append(Path(value) if confined else Path(value).expanduser().resolve())
+    return found
+
+
 # What the folder scan left out, by reason, recorded with the job (shown by status and the dashboard).
 SKIPPED_KEY = "job.skipped"
 

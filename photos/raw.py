@@ -15,6 +15,7 @@ import io
 import json
 import os
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -164,8 +165,6 @@ def _libraw(path: Path) -> Image.Image:
     return Image.fromarray(rgb, "RGB")  # LibRaw applies the camera's orientation itself
 
 
-
-
 def _tool(path: Path) -> exiftool.ExifTool:
     if not exiftool.available():
         raise NeedsExiftool(path, f"reading a camera raw needs exiftool ({exiftool.INSTALL_HINT})")
@@ -185,9 +184,11 @@ def _read_tags(path: Path, *tags: str) -> dict[str, Any]:
 
 def iso_time(value: object) -> str | None:
     """``"2021:07:04 18:30:05"`` (optionally with sub-seconds or a zone) -> ``"2021-07-04T18:30:05"``."""
-    from photos.analyze import parse_exif_datetime
-
-    return parse_exif_datetime(str(value)) if value not in (None, "") else None
+    text = str(value).replace("\x00", "").strip() if value not in (None, "") else ""
+    try:
+        return datetime.strptime(text[:19], "%Y:%m:%d %H:%M:%S").isoformat() if text else None
+    except ValueError:
+        return None
 
 
 def _text(value: object) -> str | None:

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from photos.capture_time import FILE_TIME, CaptureTime, read_capture_time
 from photos.capture_time import NONE as NONE_TAKEN
+from photos.containment import check_relative
 from photos.errors import OutsideRoot, PatternError, PhotoError
 
 #: Valid ``{fields}`` and what they are replaced with.
@@ -438,8 +439,6 @@ def resolve_target(root: Path, relpath: str) -> Path:
         check_relpath(relpath)
     except PatternError as exc:
         raise OutsideRoot(relpath, f"not a safe relative path: {exc}") from None
-    from photos.containment import check_relative
-
     return check_relative(root, relpath)
 
 

@@ -37,105 +37,29 @@ from pathlib import Path
 from typing import Any
 
 from photos import exiftool
+from photos.companions import (  # re-exported: where a photo's sidecars are
+    SUFFIX,
+    changes_an_owner,
+    companion_target,
+    companions,
+    is_sidecar,
+    new_sidecar,
+    owner_of,
+    sidecar_of,
+)
 from photos.errors import NeedsExiftool, PhotoError
 from photos.exif import ExifEdit, exiftool_args, read_warnings
 from photos.exiftool_messages import classify
-from photos.formats import is_photo_name
 from photos.keywords import KEYWORD_TAGS
-from photos.raw import is_raw
+from photos.raw import is_raw, iso_time
+from photos.raw_clocks import RAW_CLOCKS, raw_clock_args
 
-SUFFIX = ".xmp"
+__all__ = [  # where a photo's sidecars are (photos.companions), and writing them
+    "SUFFIX", "changes_an_owner", "companion_target", "companions", "is_sidecar", "new_sidecar", "owner_of",
+    "read_sidecar", "sidecar_of", "write_sidecar",
+]  # fmt: skip
 _DT = "%Y:%m:%d %H:%M:%S"
 _STATE_TAGS = ("-XMP-x:XMPToolkit", *KEYWORD_TAGS, "-XMP-exif:DateTimeOriginal")
-
-
-def is_sidecar(path: str | os.PathLike[str]) -> bool:
-    """True for an XMP sidecar's name (``.xmp``, any case)."""
-    return Path(path).suffix.lower() == SUFFIX
-
-
-def _entries(folder: Path) -> dict[str, str]:
-    """The folder's names, case-folded -> as on disk."""
-    try:
-        return {name.casefold(): name for name in os.listdir(folder)}
-    except OSError:
-        return {}
-
-
-def companions(photo: str | os.PathLike[str]) -> list[Path]:
-    """The sidecars that belong to ``photo``, as found on disk (any case): ``NAME.EXT.xmp``
-    (darktable's, digiKam's default), then ``NAME.xmp`` (Lightroom's, Capture One's) when the photo
-    owns it (:func:`owner_of`: a raw of that stem before any other photo, else the first by name).
-    Any photo's, not only a raw's: a JPEG, HEIC or AVIF moves with its sidecars the same way."""
-    photo = Path(photo)
-    wanted = [f"{photo.name}{SUFFIX}"]
-    short = f"{photo.stem}{SUFFIX}"
-    if short.casefold() != wanted[0].casefold():
-        if owner_of(photo.parent / short, set(_entries(photo.parent))) == photo.name.casefold():
-            wanted.append(short)
-    return _found(photo, wanted)
-
-
-def _found(photo: Path, wanted_names: list[str]) -> list[Path]:
-    names = _entries(photo.parent)
-    found = []
-    for wanted in wanted_names:
-        name = names.get(wanted.casefold())
-        # a regular file only: a symlink (perhaps out of the photo roots) is never read or moved
-        if name is not None and (photo.parent / name).is_file() and not (photo.parent / name).is_symlink():
-            found.append(photo.parent / name)
-    return found
-
-
-def sidecar_of(photo: str | os.PathLike[str]) -> Path | None:
-    """The sidecar a photo's (raw or not) metadata is written to now, or None: the first of
-    :func:`companions` (``NAME.EXT.xmp``, else a ``NAME.xmp`` the photo owns)."""
-    found = companions(photo)
-    return found[0] if found else None
-
-
-def new_sidecar(raw: str | os.PathLike[str]) -> Path:
-    """Where a raw without a sidecar gets one: ``IMG_0001.CR2`` -> ``IMG_0001.CR2.xmp``."""
-    raw = Path(raw)
-    return raw.with_name(f"{raw.name}{SUFFIX}")
-
-
-def companion_target(companion: Path, photo: Path, new_photo: Path) -> Path:
-    """Where ``companion`` (a sidecar of ``photo``) goes when ``photo`` becomes ``new_photo``:
-    ``IMG_0001.CR2.xmp`` -> ``NEW.cr2.xmp``, ``IMG_0001.xmp`` -> ``NEW.xmp`` (its suffix's case kept)."""
-    suffix = companion.name[len(companion.name) - len(SUFFIX) :]
-    if companion.name[: -len(SUFFIX)].casefold() == photo.name.casefold():
-        return new_photo.with_name(f"{new_photo.name}{suffix}")
-    return new_photo.with_name(f"{new_photo.stem}{suffix}")
-
-
-def owner_of(sidecar: Path, names: set[str]) -> str | None:
-    """The file a sidecar belongs to among ``names`` (case-folded names of its folder): ``X.CR2``
-    for ``X.CR2.xmp``; for ``X.xmp`` a raw named ``X.*``, else another photo named ``X.*`` (the
-    first by name); None when there is none."""
-    body = sidecar.name[: -len(SUFFIX)].casefold()
-    if body in names:
-        return body
-    stem = body + "."
-    photos = sorted(n for n in names if n.startswith(stem) and "." not in n[len(stem) :] and is_photo_name(n))
-    raws = [n for n in photos if is_raw(n)]
-    return (raws or photos or [None])[0]
-
-
-def changes_an_owner(target: Path, landing: list[Path], leaving: list[Path]) -> bool:
-    """Would a photo landing at ``target`` (its sidecars at ``landing``; the files ``leaving`` its
-    folder as it goes) change who owns a ``STEM.xmp`` there (:func:`owner_of`)? Its own would belong
-    to another photo of that stem (a raw), or another photo's would become its. A move never does:
-    the unit takes the next name instead."""
-    names = set(_entries(target.parent)) - {f.name.casefold() for f in leaving if f.parent == target.parent}
-    short = f"{target.stem}{SUFFIX}".casefold()
-    after = names | {target.name.casefold()} | {f.name.casefold() for f in landing}
-    if short not in after or short == f"{target.name}{SUFFIX}".casefold():
-        return False
-    now = owner_of(target.parent / short, after)
-    if any(f.name.casefold() == short for f in landing):
-        return now != target.name.casefold()
-    return short in names and owner_of(target.parent / short, names) != now
 
 
 def _tool(path: Path) -> exiftool.ExifTool:
@@ -166,8 +90,9 @@ def _record(tool: exiftool.ExifTool, path: Path, *tags: str, written: bool = Tru
 
 def _raw_taken_shifted(raw: Path, shift: timedelta, tool: exiftool.ExifTool, read_raw: Path | None) -> str:
     """The raw's own capture time moved by ``shift`` (for a sidecar that has none yet)."""
-    record = _record(tool, read_raw or raw, "-EXIF:DateTimeOriginal", written=False)
-    value = record.get("ExifIFD:DateTimeOriginal")
+    record = _record(tool, read_raw or raw, "-EXIF:DateTimeOriginal", *raw_clock_args(), written=False)
+    keys = ("ExifIFD:DateTimeOriginal", "IFD0:DateTimeOriginal", *(key for _, key in RAW_CLOCKS))
+    value = next((record[k] for k in keys if record.get(k) not in (None, "")), None)
     if not value:
         raise PhotoError(raw, "cannot shift the capture time: the raw has no DateTimeOriginal")
     text = str(value).strip()
@@ -254,8 +179,6 @@ def read_sidecar(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     rating = record.get("Rating")
     taken = text(record.get("DateTimeOriginal"))
-    from photos.raw import iso_time
-
     return {
         "keywords": listed(record.get("Subject")),
         "hierarchical": listed(record.get("HierarchicalSubject")),

@@ -25,15 +25,16 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 from urllib.parse import urlsplit
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError, NoCredentialsError
 
-from photos.errors import InvalidParameter, OutsideRoot, PatternError, PhotoError
+from photos import rootfs
+from photos.errors import InvalidParameter, PatternError, PhotoError
+from photos.fileops import content_sha256, write_new
 from photos.rename import check_relpath, normalize_ext, render, resolve_target
+from photos.rootfs import Roots, ensure_folder
 
 # Content types of the photo formats (and sidecars) whatever the machine's mime.types says.
 for _suffix, _type in ((".avif", "image/avif"), (".jxl", "image/jxl"), (".heic", "image/heic"),
@@ -121,14 +122,6 @@ def _b64(hex_digest: str) -> str:
     return base64.b64encode(bytes.fromhex(hex_digest)).decode("ascii")
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _conflict(src: Path, where: str, found: str, expected: str) -> PhotoError:
     return PhotoError(
         src, f"conflict: {where} already holds different content (sha256 {found}, expected {expected}); "
@@ -156,12 +149,13 @@ class UploadTarget:
         text = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
         return f"{text} (endpoint {self.endpoint_url})" if self.endpoint_url else text
 
-    def connect(self, client: Any = None) -> LocalTarget | S3Target:
-        """The target object that performs uploads (``client`` is an optional boto3 S3 client)."""
+    def connect(self, client: Any = None, *, within: list[Path] | None = None) -> LocalTarget | S3Target:
+        """The target object that performs uploads (``client`` is an optional boto3 S3 client;
+        ``within``: the real roots a local folder is made beneath, see :class:`LocalTarget`)."""
         if self.kind == "local":
             if self.root is None:
                 raise RuntimeError('internal error: expected self.root is not None')
-            return LocalTarget(self.root)
+            return LocalTarget(self.root, within=within)
         if self.bucket is None:
             raise RuntimeError('internal error: expected self.bucket is not None')
         return S3Target(self.bucket, self.prefix, endpoint_url=self.endpoint_url, client=client)
@@ -261,10 +255,15 @@ def object_key(
 
 
 class LocalTarget:
-    """Uploads into a local directory ``root``: staged, fsynced, published with ``os.link`` (no clobber)."""
+    """Uploads into a local directory ``root``: staged, fsynced, published with ``linkat`` (no
+    clobber). Every name is reached beneath the folder's real path by descriptor, no symlink
+    followed (``photos.rootfs``); the folder itself is made when missing — beneath ``within`` (the
+    real roots a confined job was given), else by its path."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, within: list[Path] | None = None) -> None:
         self.root = Path(root).expanduser().absolute()
+        self.within = within
+        self._fs = Roots([Path(os.path.realpath(self.root))])
 
     def destination(self, key: str) -> Path:
         """Plan: the absolute destination for ``key``; :class:`OutsideRoot` if it would leave the root."""
@@ -280,33 +279,31 @@ class LocalTarget:
     def stage(self, src: Path, key: str, sha256: str, stage_tag: str) -> Path:
         """Do: copy ``src`` to :meth:`staged_path` (fsynced, mtime kept) and check its sha256.
 
-        Creates missing parent directories. Raises :class:`PhotoError` if ``src`` is missing or its
-        content does not hash to ``sha256``; a stale staged file with the same tag is replaced.
+        Creates missing folders (beneath the root, none followed). Raises :class:`PhotoError` if
+        ``src`` is missing or its content does not hash to ``sha256``; a stale staged file with the
+        same tag is replaced (never written through).
         """
         src, sha256 = Path(src), _check_sha(sha256)
         _check_source(src)
         staged = self.staged_path(key, stage_tag)
-        self._make_parents(staged.parent)
-        self.destination(key)  # re-check: a parent may have been swapped for a symlink meanwhile
+        if not self.root.is_dir():
+            ensure_folder(self.root, self.within)
         digest = hashlib.sha256()
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-        fd = os.open(staged, flags, 0o644)
-        try:
-            with os.fdopen(fd, "wb") as out, open(src, "rb") as fh:
+
+        def copy(out: BinaryIO) -> None:
+            with open(src, "rb") as fh:
                 while chunk := fh.read(_CHUNK):
                     digest.update(chunk)
                     out.write(chunk)
                 out.flush()
                 st = os.fstat(fh.fileno())
                 os.utime(out.fileno(), ns=(st.st_atime_ns, st.st_mtime_ns))
-                os.fsync(out.fileno())
             if digest.hexdigest() != sha256:
                 raise PhotoError(
                     src, f"content changed since analysis: sha256 is {digest.hexdigest()}, expected {sha256}"
                 )
-        except BaseException:
-            staged.unlink(missing_ok=True)
-            raise
+
+        write_new(staged, copy, within=self._fs)
         return staged
 
     def publish(self, staged: Path, key: str, sha256: str) -> UploadResult:
@@ -318,22 +315,23 @@ class LocalTarget:
         staged, sha256 = Path(staged), _check_sha(sha256)
         dest = self.destination(key)
         present = False
-        try:
-            os.link(staged, dest, follow_symlinks=False)
-        except FileExistsError:
-            present = True
-        except FileNotFoundError:
-            if not os.path.lexists(dest):
-                raise PhotoError(staged, f"staged file is missing and {dest} does not exist") from None
-            present = True
-        except OSError as exc:
-            raise PhotoError(
-                dest, f"cannot publish {staged.name}: {exc.strerror} (the file system needs hard links)"
-            ) from None
-        if present:
-            self._check_existing(staged, dest, sha256)
-        staged.unlink(missing_ok=True)
-        _fsync_dir(dest.parent)
+        with self._fs.folders(staged, dest) as [(sf, sname), (df, dname)]:
+            try:
+                rootfs.link(sf, sname, df, dname)
+            except FileExistsError:
+                present = True
+            except FileNotFoundError:
+                if df.lstat(dname) is None:
+                    raise PhotoError(staged, f"staged file is missing and {dest} does not exist") from None
+                present = True
+            except OSError as exc:
+                raise PhotoError(
+                    dest, f"cannot publish {staged.name}: {exc.strerror} (the file system needs hard links)"
+                ) from None
+            if present:
+                self._check_existing(staged, dest, sha256)
+            sf.delete(sname, missing_ok=True)
+            df.fsync()
         return UploadResult(key=key, location=str(dest), sha256=sha256, already_present=present)
 
     def upload(self, src: Path, key: str, sha256: str, stage_tag: str) -> UploadResult:
@@ -347,27 +345,11 @@ class LocalTarget:
         return self.publish(self.stage(src, key, sha256, stage_tag), key, sha256)
 
     def _check_existing(self, src: Path, dest: Path, sha256: str) -> None:
-        if dest.is_symlink() or not dest.is_file():
+        found = content_sha256(dest, within=self._fs)
+        if found is None:
             raise PhotoError(src, f"conflict: {dest} exists and is not a regular file; not overwritten")
-        found = _hash_file(dest)
         if found != sha256:
             raise _conflict(src, str(dest), found, sha256)
-
-    def _make_parents(self, directory: Path) -> None:
-        """Create ``directory`` and missing parents, fsyncing each parent of a created directory."""
-        missing: list[Path] = []
-        current = directory
-        while not current.exists():
-            missing.append(current)
-            current = current.parent
-        for path in reversed(missing):
-            try:
-                path.mkdir()
-            except FileExistsError:
-                pass
-            _fsync_dir(path.parent)
-        if not directory.is_dir():
-            raise OutsideRoot(directory, "is not a directory")
 
 
 # ---------------------------------------------------------------------------------------------- S3 do
@@ -429,6 +411,11 @@ class S3Target:
 
     @staticmethod
     def _make_client(endpoint_url: str | None, max_attempts: int) -> Any:
+        # boto3 is imported here, not at the top: 0.2 s of CPU that every worker process would pay at
+        # boot (and every test that starts one), though only the S3 targets use it
+        import boto3
+        from botocore.config import Config
+
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
         config = Config(
             retries={"max_attempts": max_attempts, "mode": "standard"},

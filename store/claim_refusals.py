@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from .clock import db_now
 from .events import emit, emit_for
+from .job_end import touched
 from .lane_control import lane_paused
 from .lanes import LaneSpec
 from .leases import ClaimOutcome, ClaimRefusal
@@ -192,4 +193,6 @@ def claim_failed(
             emit(s, "item_failed", **common, detail={"error": message})
             photos = item_photo_ids(s, item.id, item.photo_id)
             skip_successors(s, item.job_id, item.position, photos, f"{item.lane} {message}")
+        if state in (FAILED, CANCELLED):
+            touched(s, item.job_id)
         return state

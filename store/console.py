@@ -1,5 +1,5 @@
 """The operator console's reads and narrow controls: jobs found by state (through an index) and by
-text, a job's times and ETA (each lane's rate over the time it was busy), lane depth and
+text, a job's times and ETA (``store.eta``: from the work it has left), lane depth and
 throughput, the retry or discard of chosen failures, an item's attempts, the filtered event feed
 and the jobs a bulk action acts on.
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,8 +40,9 @@ from sqlalchemy.sql.elements import ColumnElement
 from .clock import db_now
 from .engine import reader
 from .errors import NotApplicable, SearchBusy, SearchTooCostly, UnknownJob
+from .eta import job_eta
 from .events import EventRecord, assign_cursors, emit_many, record_of
-from .lanes import LANE_NAMES
+from .lanes import LANE_NAMES, LaneSpec, all_lanes
 from .listing import MAX_PAGE
 from .models import (
     ALL_STATES,
@@ -265,10 +266,9 @@ class JobTimes:
     started_at: float | None  # its first claim (from the event log; None before, or once pruned)
     finished_at: float | None  # its last item's finish, once nothing is left to run
     now: float
-    eta: (
-        float | None
-    )  # seconds until its remaining items finish at the lanes' measured rates (None: measuring)
-    rates: dict[str, float] = field(default_factory=dict)  # lane -> items/s over its busy time
+    eta: float | None  # seconds until its remaining work is done (``store.eta``; None: measuring)
+    rates: dict[str, float] = field(default_factory=dict)  # lane -> items/s the fleet gives it
+    work: dict[str, dict[str, Any]] = field(default_factory=dict)  # lane -> remaining, per_item, concurrency
 
     def as_dict(self) -> dict[str, Any]:
         end = self.finished_at if self.finished_at is not None else self.now
@@ -282,12 +282,14 @@ class JobTimes:
             "took": None if self.finished_at is None else max(0.0, self.finished_at - self.created_at),
             "eta": self.eta,
             "rates": self.rates,
+            "work": self.work,
         }
 
 
-def job_times(engine: Engine, status: JobStatus) -> JobTimes:
+def job_times(engine: Engine, status: JobStatus, specs: Mapping[str, LaneSpec] | None = None) -> JobTimes:
     """Created, started (first claim), finished (last item, when none is left to run) and the ETA
-    from each lane's recent rate (``lane_rates``) for the job of ``status``."""
+    from the work left (``store.eta.job_eta``: per lane, remaining × busy time per item ÷ the
+    threads the live fleet gives it, along the pipeline's dependencies) for the job of ``status``."""
     job_id = status.job_id
     remaining = {
         lane: sum(n for st, n in counts.items() if st in DEPTH_STATES)
@@ -303,20 +305,37 @@ def job_times(engine: Engine, status: JobStatus) -> JobTimes:
             finished = s.execute(select(func.max(Item.updated_at)).where(Item.job_id == job_id)).scalar()
     eta: float | None = None
     rates: dict[str, float] = {}
-    left = [lane for lane, n in remaining.items() if n]
-    if left:
-        measured = lane_rates(engine, left, window=ETA_WINDOW, busy_now=left)
-        rates = {lane: round(r.per_second, 4) for lane, r in measured.items() if r.finished}
-        if all(measured[lane].stable and measured[lane].per_second > 0 for lane in left):
-            # The lanes of a pipeline run one after another for each photo: the slowest bounds it.
-            eta = max(remaining[lane] / measured[lane].per_second for lane in left)
+    work: dict[str, dict[str, Any]] = {}
+    if any(remaining.values()):
+        total = sum(sum(counts.values()) for counts in status.lanes.values())
+        order = list(status.lane_order) or list(status.lanes)
+        eta, parts = job_eta(
+            engine,
+            job_id,
+            remaining,
+            order,
+            specs or all_lanes({}),
+            settled=total - sum(remaining.values()),
+            total=total,
+            now=now,
+            held={lane: counts.get(RUNNING, 0) for lane, counts in status.lanes.items()},
+        )
+        for lane, lw in parts.items():
+            work[lane] = {
+                "remaining": lw.remaining,
+                "per_item": None if lw.per_item is None else round(lw.per_item, 4),
+                "concurrency": lw.concurrency,
+            }
+            if lw.per_item and lw.concurrency:
+                rates[lane] = round(lw.concurrency / lw.per_item, 4)
     return JobTimes(
         created_at=status.created_at,
         started_at=None if started is None else float(started),
         finished_at=None if finished is None else float(finished),
         now=now,
-        eta=eta,
+        eta=None if eta is None else round(eta, 3),
         rates=rates,
+        work=work,
     )
 
 

@@ -121,7 +121,7 @@ def read(engine: Engine) -> Counters:
     with Session(reader(engine)) as s:
         rows = s.execute(select(Counter.name, Counter.lane, Counter.value)).all()
     values = {
-        (name, lane): int(value) for name, lane, value in rows if not name.startswith((FOLD_CURSOR, PREFIX))
+        (name, lane): int(value) for name, lane, value in rows if not name.startswith(("#", PREFIX))
     }
     hist = {(name, lane): int(value) for name, lane, value in rows if name.startswith(PREFIX)}
     cursor = next((int(v) for name, _, v in rows if name == FOLD_CURSOR), 0)

@@ -13,9 +13,10 @@ from .clock import db_now
 from .errors import StaleLease
 from .events import emit_for, emit_many, insert_events
 from .fencing import DEFERRED_EVENTS, defer_write
+from .job_end import UNFINISHED, touched
 from .lanes import LaneSpec
 from .leases import Lease
-from .models import CANCELLED, FAILED, PAUSED, RUNNING, SUCCEEDED, Item, Job
+from .models import CANCELLED, FAILED, PAUSED, PENDING, RUNNING, SUCCEEDED, Item, Job
 from .photo_locks import chunked, lock_photo_rows
 from .pipeline import advance, lock_bundle, lock_items, lock_job, skip_later, state_for, successor_ids
 from .queries import (
@@ -125,6 +126,7 @@ def succeed_many(s: Session, done: Sequence[tuple[Lease, dict[str, Any] | None]]
         deferred.extend(events)
     else:
         insert_events(conn, events)
+    touched(s, {lease.job_id for lease, _ in done})  # last lanes: maybe the jobs' last items
 
 
 def _last_lane(lease: Lease) -> bool:
@@ -258,6 +260,9 @@ def succeed(
     else:
         conn.execute(event_sql(dialect), succeeded)
     emit_many(s, ready)
+    if last_lane or not any((r.get("detail") or {}).get("state") in UNFINISHED for r in ready):
+        # a middle lane that made a successor ready (pending/paused) leaves its job unfinished
+        touched(s, lease.job_id)
 
 
 def _timed(detail: dict[str, Any], lease: Lease) -> dict[str, Any] | None:
@@ -302,21 +307,25 @@ def fail(
         release_locks(s, lease.item_id)
     emit_for(s, "item_failed", lease, worker, _timed({"error": error, **extra}, lease))
     emit_many(s, skipped)
+    touched(s, lease.job_id)
     return FAILED
 
 
-def stop(s: Session, lease: Lease, worker: str | None, reason: str) -> str:
+def stop(s: Session, lease: Lease, worker: str | None, reason: str, *, delay: float | None = None) -> str:
     """End a running item that stopped cooperatively, as its job asks *now* (read in this
     transaction, under a share lock): ``cancelled``, ``paused``, or back to ``pending`` (a resume
-    came first, or the worker is shutting down). A stop that was not a failure does not use up an
+    came first, the worker is shutting down, or the item deferred itself: ``delay`` seconds before
+    it is dispatched again). A stop that was not a failure does not use up an
     attempt, whichever state it ends in: the claim's attempt is handed back on cancel as on pause
     (a batch-mate cancelled before its turn never ran)."""
     state = state_for(lock_for_finish(s, lease))
     if state == CANCELLED:
         _end_lease(s, lease, state=CANCELLED, attempt=Item.attempt - 1)
         emit_for(s, "item_cancelled", lease, worker, {"reason": reason})
+        touched(s, lease.job_id)
         return CANCELLED
-    _end_lease(s, lease, state=state, attempt=Item.attempt - 1)
+    later = {"not_before": db_now() + delay} if delay is not None and state == PENDING else {}
+    _end_lease(s, lease, state=state, attempt=Item.attempt - 1, **later)
     emit_for(
         s,
         "item_paused" if state == PAUSED else "item_released",

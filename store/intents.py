@@ -27,6 +27,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from photos import fileops, recovery
+from photos.errors import OutsideRoot
+from photos.params import job_roots
+from photos.rootfs import Roots
 
 from . import history
 from .clock import db_now
@@ -130,6 +133,11 @@ def record(
     effect log needs once it is applied (``store.history``)."""
     lock_item(s, lease.item_id)
     photo_id = None if companion else lease.photo_id
+    if kind == "move" and _named_by_another_photo(s, target, lease.photo_id):
+        # a photo whose file just left this name (moved, its mark not yet committed) still names it:
+        # a move here now could not move this photo's row after its file (``_follow_photo``), and
+        # its next lane would not find it ("file not found"); the name is taken until that row moves
+        raise TargetTaken(target)
     try:
         with s.begin_nested():
             intent_id = s.execute(
@@ -160,6 +168,14 @@ def record(
         {"intent": intent_id, "kind": kind, "target": target, "staged": staged},
     )
     return intent_id
+
+
+def _named_by_another_photo(s: Session, path: str, photo_id: int | None) -> bool:
+    """Another photo's row names ``path`` (``photos.path`` is unique: through its index)."""
+    q = select(Photo.id).where(Photo.path == path)
+    if photo_id is not None:
+        q = q.where(Photo.id != photo_id)
+    return s.execute(q.limit(1)).first() is not None
 
 
 def settle(
@@ -350,11 +366,13 @@ def _settle_item(s: Session, item_id: int) -> int:
     # A raw and its sidecars move (or upload) as one unit: once the photo's effect landed, the
     # sidecars' recorded ones are finished too (both or neither), never discarded.
     landed = _photo_moved(s, item_id)
+    job = s.get(Job, item.job_id)
+    within = Roots(job_roots(job.roots or [], job.params or {}) if job is not None else [])
     settled = 0
     for row in rows:
         try:
             verdict = recovery.settle_on_disk(
-                row.effect(), may_apply=landed and row.photo_id is None, tag=f"sweep{row.id}"
+                row.effect(), may_apply=landed and row.photo_id is None, tag=f"sweep{row.id}", within=within
             )
         except OSError as exc:
             log.warning("cannot settle intent %s yet: %s", row.id, exc)
@@ -446,16 +464,11 @@ def stray_roots(engine: Engine) -> list[Path]:
     """Folders where staged files may be: every job's roots, archive roots and local upload targets."""
     with Session(reader(engine)) as s:
         rows = s.execute(select(Job.roots, Job.params)).all()
-    found: dict[str, None] = {}
+    found: dict[Path, None] = {}
     for roots, params in rows:
-        for r in roots or []:
-            found[str(r)] = None
-        params = params or {}
-        for key in ("archive.root", "upload.target"):
-            value = params.get(key)
-            if isinstance(value, str) and value and "://" not in value:
-                found[value] = None
-    return [Path(p) for p in found if Path(p).is_dir()]
+        for r in job_roots(roots or [], params or {}):
+            found[r] = None
+    return [p for p in found if p.is_dir()]
 
 
 def sweep_stray_staged(engine: Engine, grace: float, roots: Iterable[Path] | None = None) -> list[Path]:
@@ -475,5 +488,8 @@ def sweep_stray_staged(engine: Engine, grace: float, roots: Iterable[Path] | Non
 
     removed: list[Path] = []
     for root in roots if roots is not None else stray_roots(engine):
-        removed += fileops.sweep_stray_temps(root, grace, keep, now=now)
+        try:
+            removed += fileops.sweep_stray_temps(root, grace, keep, now=now)
+        except (OSError, OutsideRoot) as exc:  # a root gone, or swapped for a symlink: not walked
+            log.warning("staged files under %s not swept: %s", root, exc)
     return removed

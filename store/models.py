@@ -215,7 +215,8 @@ class PhotoEffect(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     photo_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    job_id: Mapped[int] = mapped_column(Integer)
+    # None for a move a sync found on disk (revision 0015, ``store.sync``): no job made it
+    job_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     item_id: Mapped[int] = mapped_column(Integer)
     # None for a remote effect (revision 0014): an S3 upload or its removal is no intent
     intent_id: Mapped[int | None] = mapped_column(Integer, unique=True, nullable=True)
@@ -239,6 +240,26 @@ class PhotoEffect(Base):
         Index("ix_photo_effects_photo", "photo_id", "id"),
         Index("ix_photo_effects_job", "job_id", "lane"),
     )
+
+
+class PhotoFile(Base):
+    """What ``photojobs sync`` last recorded of a photo's file (revision 0015, ``store.sync``): its
+    ``stat`` identity (size, mtime in ns, inode, device), content hash, its sidecars' signature
+    (``sidecars``: of their names and ``stat``; ``sidecars_sha256``: of their content) and, per
+    lane, the version and job a sync last submitted it with (``lanes``: ``{LANE: [VERSION, JOB]}``)."""
+
+    __tablename__ = "photo_files"
+
+    photo_id: Mapped[int] = mapped_column(ForeignKey("photos.id"), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    mtime_ns: Mapped[int] = mapped_column(BigInteger)
+    inode: Mapped[int] = mapped_column(BigInteger)
+    device: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64), index=True)
+    sidecars: Mapped[str | None] = mapped_column(Text, nullable=True)
+    sidecars_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    lanes: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    recorded_at: Mapped[float] = mapped_column(Float)
 
 
 class Event(Base):
@@ -346,3 +367,77 @@ class Counter(Base):
     name: Mapped[str] = mapped_column(String(40), primary_key=True)
     lane: Mapped[str] = mapped_column(String(32), primary_key=True)
     value: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+
+
+class IdempotencyKey(Base):
+    """An ``Idempotency-Key`` a submission (scope ``jobs``) or a sync (``sync``) was given (revision
+    0016, ``store.idempotency``): the SHA-256 of its request, the job it made (written in the job's
+    own transaction) and, once the first request completed, what it answered."""
+
+    __tablename__ = "idempotency_keys"
+
+    scope: Mapped[str] = mapped_column(String(16), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    response: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_idempotency_keys_created", "created_at"),)
+
+
+class JobEnd(Base):
+    """A job whose ``job_finished`` event is written (revision 0016, ``store.job_end``): at most one
+    per finish; a retry that reopens the job deletes it. No foreign key (last in the lock order)."""
+
+    __tablename__ = "job_ends"
+
+    job_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    state: Mapped[str] = mapped_column(String(16))
+    finished_at: Mapped[float] = mapped_column(Float)
+
+
+class WebhookState(Base):
+    """A webhook target's delivery (revision 0016, ``store.webhooks``): ``target`` is the SHA-256 of
+    its URL; ``cursor`` the event cursor delivered through; ``attempts`` and ``next_attempt_at``
+    the current event's failed attempts and when the next is due; ``owner`` the sweeper delivering
+    until ``lease_expires_at`` (one deliverer across fleets)."""
+
+    __tablename__ = "webhook_state"
+
+    target: Mapped[str] = mapped_column(String(64), primary_key=True)
+    host: Mapped[str] = mapped_column(Text)
+    cursor: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    next_attempt_at: Mapped[float] = mapped_column(Float, default=0.0, server_default=text("0"))
+    delivered: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    failures: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    last_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    last_attempt_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    last_delivered_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    owner: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    lease_expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class Schedule(Base):
+    """A named command line (``sync``/``submit``) the sweepers run every ``every`` seconds or by
+    ``cron`` (revision 0016, ``store.schedules``): ``next_run`` is compared-and-set by the run that
+    takes a tick (one per tick across fleets); ``running_since`` is set from the claim until the
+    run's job is recorded (``last_job``); a tick while the last run is unfinished counts ``skipped``."""
+
+    __tablename__ = "schedules"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    every: Mapped[float | None] = mapped_column(Float, nullable=True)
+    cron: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    command: Mapped[list[Any]] = mapped_column(JSON)
+    paused: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    next_run: Mapped[float] = mapped_column(Float)
+    last_run_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    last_job: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    running_since: Mapped[float | None] = mapped_column(Float, nullable=True)
+    runs: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    skipped: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    created_at: Mapped[float] = mapped_column(Float)

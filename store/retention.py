@@ -32,8 +32,9 @@ from sqlalchemy.orm import Session
 from .clock import db_now
 from .counters import fold, fold_in
 from .events import assign_cursors
+from .idempotency import KEEP, prune_keys
 from .intents import RECORDED
-from .models import CANCEL, TERMINAL, Event, Intent, Item, Job
+from .models import CANCEL, TERMINAL, Event, Intent, Item, Job, JobEnd
 
 BATCH = 5000
 JOB_BATCH = 50
@@ -45,6 +46,7 @@ class Pruned:
     items: int
     events: int
     cutoff: float
+    keys: int = 0  # idempotency keys older than their keep time (store.idempotency)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -126,9 +128,10 @@ def _lock_finished(s: Session, ids: list[int], cutoff: float) -> list[int]:
     return finished
 
 
-def prune(engine: Engine, older_than: float) -> Pruned:
+def prune(engine: Engine, older_than: float, keys_keep: float = KEEP) -> Pruned:
     """Delete finished jobs whose items last changed more than ``older_than`` seconds ago (database
-    clock), with their items and events, and every event older than that (except the newest).
+    clock), with their items and events, and every event older than that (except the newest); and
+    the idempotency keys older than ``keys_keep`` (``PHOTOJOBS_IDEMPOTENCY_KEEP``).
 
     Each batch of jobs is decided again under their row locks, taken in the global lock order
     (module docstring), so a job that a concurrent retry or resume brings back to work is kept."""
@@ -163,6 +166,7 @@ def prune(engine: Engine, older_than: float) -> Pruned:
                 ).rowcount
                 or 0
             )
+            s.execute(delete(JobEnd).where(JobEnd.job_id.in_(ids)))  # no foreign key (store.job_end)
             jobs += s.execute(delete(Job).where(Job.id.in_(ids))).rowcount or 0
     while True:
         with Session(engine) as s, s.begin():
@@ -181,7 +185,8 @@ def prune(engine: Engine, older_than: float) -> Pruned:
             events += s.execute(delete(Event).where(Event.seq.in_(seqs))).rowcount or 0
         if len(seqs) < BATCH:
             break
-    return Pruned(jobs=jobs, items=items, events=events, cutoff=cutoff)
+    keys = prune_keys(engine, keys_keep)
+    return Pruned(jobs=jobs, items=items, events=events, cutoff=cutoff, keys=keys)
 
 
 def parse_age(text: str) -> float:

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from .clock import db_now
 from .errors import NotApplicable, UnknownJob
 from .events import emit, emit_many
+from .job_end import reopen
 from .models import (
     CANCEL,
     CANCELLED,
@@ -143,4 +144,5 @@ def retry(engine: Engine, job_id: int, lane: str | None = None, items: Collectio
             ],
         )
         emit(s, "job_retried", job_id=job_id, lane=lane, detail={"items": len(new_state), "lane": lane})
+        reopen(s, job_id)  # its next finish writes job_finished again (store.job_end)
     return len(new_state)

@@ -42,6 +42,10 @@ class JobStatus:
     # While the job's photos are still landing: {"photos": announced, "landed": written,
     # "idle": seconds since the last chunk (database clock)}; None once submitted.
     submission: dict[str, Any] | None = None
+    # Why its items wait (``store.waiting``): [{"lane", "reason", "items", …}]; None: not asked.
+    waiting: list[dict[str, Any]] | None = None
+    # The reason shown instead of ``running`` when none of its items can move (``waiting (REASON)``).
+    waiting_for: str | None = None
 
     def totals(self) -> dict[str, int]:
         out = dict.fromkeys(ALL_STATES, 0)
@@ -54,7 +58,15 @@ class JobStatus:
         out = {"job": self.job_id, "state": self.state, "control": self.control, "lanes": self.lanes}
         if self.submission is not None:
             out["submission"] = self.submission
+        if self.waiting is not None:
+            out["waiting"] = self.waiting
+            out["waiting_for"] = self.waiting_for
         return out
+
+    def shown_state(self) -> str:
+        """The state as the console, the jobs list and ``status`` show it: ``waiting (lane paused)``
+        instead of ``running`` when nothing of the job can move."""
+        return f"waiting ({self.waiting_for})" if self.waiting_for else self.state
 
 
 def derive_job_state(control: str | None, totals: Mapping[str, int], submitting: bool = False) -> str:

@@ -13,12 +13,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, func, insert, select, text, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from .clock import db_now
 from .engine import reader
-from .errors import BacklogFull, SubmissionError
+from .errors import BacklogFull, NotApplicable, SubmissionError
 from .events import emit
+from .idempotency import Idempotency, replay_after_conflict
+from .idempotency import check as check_key
+from .idempotency import claim as claim_key
+from .job_end import touched
 from .lanes import LaneSpec
 from .models import CANCEL, PENDING, WAITING, Item, Job
 from .pipeline import UNFINISHED, lock_job
@@ -112,6 +117,7 @@ def submit(
     fingerprint: str | None = None,
     bundle_lanes: Sequence[str] = (),
     priority: str | None = None,
+    idempotency: Idempotency | None = None,
 ) -> Submitted:
     """Write the job, its photos and its items, in bounded chunks, and return the job id.
 
@@ -130,7 +136,9 @@ def submit(
     (before anything is written) when a lane's unfinished items plus the new ones would exceed the
     lane's backlog bound, ``SubmissionError`` for no photos or lanes, and ``SubmissionCancelled``
     when the job is cancelled before its last chunk. ``priority``: "interactive" or "normal", or
-    None to let the job's size decide (``store.dispatch``).
+    None to let the job's size decide (``store.dispatch``). ``idempotency``: the request's key,
+    checked and recorded with the job in the transaction that creates it (``store.idempotency``):
+    raises ``Replay`` (the key's job, nothing written) or ``KeyReused``.
     """
     if priority is not None and priority not in PRIORITIES:
         raise SubmissionError(f"unknown priority {priority!r}; priorities are: {', '.join(PRIORITIES)}")
@@ -149,31 +157,14 @@ def submit(
         with Session(reader(engine)) as s:
             _check_backlog(_backlogs(s, lanes), lanes, len(photos))
     bundled = {pos for pos, sp in enumerate(lanes) if sp.name in bundle_lanes}
-    with Session(engine) as s, s.begin():
-        if postgres:
-            # Serializes submitters' backlog checks (nothing else waits on this lock).
-            s.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": SUBMIT_LOCK})
-            _check_backlog(_backlogs(s, lanes), lanes, len(photos))
-        now = s.execute(select(db_now())).scalar_one()
-        job_id = s.execute(
-            insert(Job)
-            .values(
-                lanes=[sp.name for sp in lanes],
-                params=params,
-                roots=list(roots),
-                fingerprint=fp,
-                created_at=now,
-                submitting=True,
-                photos=len(photos),
-                landed=0,
-                submit_touched_at=now,
-                priority=priority,  # None: by its size (store.dispatch.is_interactive_sql)
-            )
-            .returning(Job.id)
-        ).scalar_one()
-        bundles = {
-            pos: _bundle_item(s, job_id, lanes[pos].name, pos, len(photos), now) for pos in sorted(bundled)
-        }
+    try:
+        job_id, bundles = _create_job(
+            engine, lanes, photos, params, roots, fp, bundled, priority, idempotency, postgres
+        )
+    except IntegrityError:
+        if idempotency is None:
+            raise
+        raise replay_after_conflict(engine, idempotency) from None
     n_items = len(bundles)
     # PostgreSQL has no store-wide write lock: chunks of CHUNK_MAX photos keep its transactions
     # short without paying a commit per few hundred photos. SQLite: sized by the time they take.
@@ -203,12 +194,62 @@ def submit(
                 job_id=job_id,
                 detail={"lanes": [sp.name for sp in lanes], "photos": len(photos), "items": n_items},
             )
+            touched(s, job_id)  # a job whose items all ended while it landed (or with none) is finished
     except SubmissionCancelled:
         raise
     except BaseException as exc:  # never a job left submitting by a submitter that is still alive
         end_submission(engine, job_id, f"the submission failed: {type(exc).__name__}")
         raise
     return Submitted(job_id=job_id, items=n_items, photos=len(photos))
+
+
+def _create_job(
+    engine: Engine,
+    lanes: Sequence[LaneSpec],
+    photos: Sequence[PhotoInput],
+    params: Mapping[str, Any],
+    roots: Sequence[str],
+    fp: str,
+    bundled: set[int],
+    priority: str | None,
+    idempotency: Idempotency | None,
+    postgres: bool,
+) -> tuple[int, dict[int, int]]:
+    """The submission's first transaction: the idempotency key checked, the backlog checked (on
+    PostgreSQL), the job written as ``submitting`` with its bundle items, and the key recorded with
+    it. The key's check runs under the lock this transaction holds (the submitters' advisory lock,
+    SQLite's write lock), so two requests with one key cannot both pass it."""
+    with Session(engine) as s, s.begin():
+        if postgres:
+            # Serializes submitters' backlog checks (nothing else waits on this lock).
+            s.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": SUBMIT_LOCK})
+        if idempotency is not None:
+            check_key(s, idempotency)  # raises Replay / KeyReused: nothing is written
+        if postgres:
+            _check_backlog(_backlogs(s, lanes), lanes, len(photos))
+        now = s.execute(select(db_now())).scalar_one()
+        job_id = s.execute(
+            insert(Job)
+            .values(
+                lanes=[sp.name for sp in lanes],
+                params=params,
+                roots=list(roots),
+                fingerprint=fp,
+                created_at=now,
+                submitting=True,
+                photos=len(photos),
+                landed=0,
+                submit_touched_at=now,
+                priority=priority,  # None: by its size (store.dispatch.is_interactive_sql)
+            )
+            .returning(Job.id)
+        ).scalar_one()
+        bundles = {
+            pos: _bundle_item(s, job_id, lanes[pos].name, pos, len(photos), now) for pos in sorted(bundled)
+        }
+        if idempotency is not None:
+            claim_key(s, idempotency, job_id)
+    return job_id, bundles
 
 
 def end_submission(engine: Engine, job_id: int, why: str) -> bool:
@@ -224,7 +265,10 @@ def end_submission(engine: Engine, job_id: int, why: str) -> bool:
             if job is None or not job.submitting:
                 return False
             lane_names = list(job.lanes)
-        cancel(engine, job_id)
+        try:
+            cancel(engine, job_id)
+        except NotApplicable:
+            pass  # cancelled already (by an operator): its submission still ends here
         with Session(engine) as s, s.begin():
             lock_job(s, job_id)
             ended = s.execute(
@@ -243,6 +287,7 @@ def end_submission(engine: Engine, job_id: int, why: str) -> bool:
                 job_id=job_id,
                 detail={"lanes": lane_names, "items": created, "cancelled": True, "why": why},
             )
+            touched(s, job_id)
         return True
     except Exception:  # noqa: BLE001 - best effort: the caller re-raises its own error
         log.warning("could not end the failed submission of job %s", job_id, exc_info=True)
@@ -258,12 +303,16 @@ def end_abandoned_submissions(engine: Engine, after: float = SUBMIT_ABANDONED) -
     seconds ago (database time): its submitter died. A live submitter writes a chunk every few
     hundred milliseconds. The sweeper runs this; returns how many it ended."""
     with Session(reader(engine)) as s:
-        stale = s.execute(
-            select(Job.id).where(
-                Job.submitting == True,  # noqa: E712 - served by ix_jobs_submitting
-                func.coalesce(Job.submit_touched_at, Job.created_at) < db_now() - after,
+        stale = (
+            s.execute(
+                select(Job.id).where(
+                    Job.submitting == True,  # noqa: E712 - served by ix_jobs_submitting
+                    func.coalesce(Job.submit_touched_at, Job.created_at) < db_now() - after,
+                )
             )
-        ).scalars().all()
+            .scalars()
+            .all()
+        )
     why = f"its submitter stopped for over {after:g} s"
     return sum(end_submission(engine, job_id, why) for job_id in stale)
 
@@ -299,6 +348,7 @@ def _land_chunk(
                     "cancelled": True,
                 },
             )
+            touched(s, job_id)
             return None
         if engine.dialect.name == "postgresql":
             n = _land_rows_pg(s, job_id, lanes, chunk, bundled, bundles)

@@ -8,20 +8,26 @@ them all as services (inside ``photojobs worker``/``run``, and alone in ``photoj
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 from sqlalchemy import Engine, Select, select, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from store.lanes import LaneSpec
 
 from .clock import db_now
+from .engine import control_lock_timeout, is_lock_timeout, with_lock_timeout
 from .events import emit_for
 from .finishing import release_locks
+from .job_end import touched
 from .leases import WAITING_ALONE
 from .messages import ALONE
-from .models import FAILED, RUNNING, Item, Job
+from .models import FAILED, RUNNING, TERMINAL, Item, Job
 from .pipeline import lock_successors, skip_successors, state_for
+
+log = logging.getLogger("photojobs.sweeper")
 
 
 def expired_leases(limit: int) -> Select[tuple[int, int]]:
@@ -66,7 +72,22 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
 
     Lock order job -> item: the candidates are found without locks, their jobs share-locked (in id
     order), then the items locked (``SKIP LOCKED``, id order) and re-checked.
+
+    Every lock wait is bounded by a lock timeout shorter than a lease (``store.engine``): a round
+    that runs into it (a job held by a frozen worker's transaction, ended by the store within the
+    lease TTL) revokes nothing, says so in the log, and the next round tries again.
     """
+    try:
+        return _revoke_expired(with_lock_timeout(engine, control_lock_timeout()), specs, limit)
+    except DBAPIError as exc:
+        if not is_lock_timeout(exc):
+            raise
+        log.warning("lease revocation waited past its lock timeout (%s); the next sweep tries again",
+                    exc.orig)  # fmt: skip
+        return 0, 0
+
+
+def _revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int) -> tuple[int, int]:
     revoked = quarantined = 0
     with Session(engine) as s, s.begin():
         candidates = s.execute(expired_leases(limit)).all()
@@ -126,6 +147,8 @@ def revoke_expired(engine: Engine, specs: Mapping[str, LaneSpec], limit: int = 5
                 continue
             held_by = release_locks(s, item.id)
             revoked += 1
+            if state in TERMINAL:
+                touched(s, item.job_id)
             emit_for(
                 s,
                 "lease_expired",

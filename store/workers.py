@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from .clock import db_now
 from .engine import reader
+from .events import emit
 from .models import Worker
 
 # The sweeper forgets a worker whose last beat is older than this (seconds).
@@ -137,3 +138,18 @@ def registered(engine: Engine) -> tuple[float, list[WorkerRow]]:
             for w in s.execute(select(Worker)).scalars()
         ]
     return now, rows
+
+
+# A worker process the supervisor restarts, by why it ended (issue 41: a crash loop is alerted on).
+# One event type per reason, folded by ``store.counters`` like any event (never goes back).
+RESTART_EVENTS = {"crashed": "worker_crashed", "killed": "worker_killed", "recycled": "worker_recycled"}
+
+
+def record_exit(engine: Engine, reason: str, *, worker: str, detail: dict[str, Any] | None = None) -> None:
+    """Record that a supervised worker process ended unexpectedly for ``reason`` (``crashed``: a
+    non-zero exit, ``killed``: a signal, ``recycled``: a clean exit the supervisor did not ask for);
+    ``worker``: ``host:pid``."""
+    if reason not in RESTART_EVENTS:
+        raise ValueError(f"unknown restart reason {reason!r}; reasons: {', '.join(RESTART_EVENTS)}")
+    with Session(engine) as s, s.begin():
+        emit(s, RESTART_EVENTS[reason], worker=worker, detail=detail)

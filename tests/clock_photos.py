@@ -14,14 +14,20 @@ from tests.fixtures import camera_corpus as cc
 TAKEN = "2004:10:02 23:29:52"
 
 
-def _pentax_makernote(date: str) -> bytes:
-    """A Pentax (AOC) maker note with its Date (big-endian year) and Time tags, values inline."""
+def _pentax_makernote(date: str, shutter_count: int | None = None) -> bytes:
+    """A Pentax (AOC) maker note with its Date (big-endian year) and Time tags, values inline, and
+    its ShutterCount (encrypted with that Date and Time) when given."""
     y, mo, d = (int(x) for x in date[:10].split(":"))
     h, mi, s = (int(x) for x in date[11:19].split(":"))
     entries = [
         struct.pack("<HHI", 0x0006, cc.UNDEFINED, 4) + struct.pack(">HBB", y, mo, d),
         struct.pack("<HHI", 0x0007, cc.UNDEFINED, 3) + bytes([h, mi, s, 0]),
     ]
+    if shutter_count is not None:  # big-endian, encrypted with the Date and Time (as exiftool decrypts it)
+        key = struct.unpack(">I", struct.pack(">HBB", y, mo, d))[0] ^ (
+            0xFFFFFFFF - ((h << 24) | (mi << 16) | (s << 8))
+        )
+        entries.append(struct.pack("<HHI", 0x005D, cc.UNDEFINED, 4) + struct.pack(">I", shutter_count ^ key))
     return b"AOC\x00II" + struct.pack("<H", len(entries)) + b"".join(entries) + struct.pack("<I", 0)
 
 
@@ -44,12 +50,14 @@ MAKERS = {
 }
 
 
-def camera_jpeg(path: Path, maker: str, taken: str = TAKEN, *, seed: int = 0) -> Path:
+def camera_jpeg(
+    path: Path, maker: str, taken: str = TAKEN, *, seed: int = 0, shutter_count: int | None = None
+) -> Path:
     """A JPEG from ``maker`` (pentax or nikon) whose every clock says ``taken``: IFD0 ModifyDate,
     ExifIFD DateTimeOriginal/CreateDate, IFD1 ModifyDate (beside a JPEG thumbnail) and the maker
     note's own date."""
     make, model, makernote = MAKERS[maker]
-    note = makernote(taken)
+    note = makernote(taken, shutter_count) if shutter_count is not None else makernote(taken)
     thumb = cc._thumbnail_jpeg()
     ifd0 = cc.Ifd(
         "ifd0",

@@ -16,7 +16,14 @@ from sqlalchemy import Engine
 from store import lockdep
 from store.engine import make_engine
 from store.schema import upgrade
+from tests import fresh_stores
+from tests.fresh_stores import PgDatabases
+from tests.shared_fleet import SharedFleet
 from tests.support import XDIST_WORKER, Fleet, RedisServer, unavailable
+
+# The time budget: each run prints its slowest tests and folder totals and writes them for
+# `python -m tests.budget check`; under xdist the budget orders the run (tests/budget_plugin.py).
+pytest_plugins = ["tests.budget_plugin"]
 
 # The tests' own `exiftool` commands run the ExifTool the code runs: the pinned one `make` installs
 # next to this interpreter (photos.exiftool.executable), ahead of the system's on PATH.
@@ -135,6 +142,23 @@ def pg_template() -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')
 
 
+@pytest.fixture(scope="session")
+def pg_databases(pg_template: str) -> Iterator[PgDatabases]:
+    """Fresh databases of ``pg_template``, made one test ahead and dropped behind (tests/fresh_stores.py)."""
+    pool = PgDatabases(PG_ADMIN, pg_template)
+    yield pool
+    pool.close()
+
+
+def _taken_pg(pool: PgDatabases) -> Iterator[str]:
+    name = pool.take()
+    yield pool.url(name)
+    if os.environ.get("PHOTOJOBS_TEST_KEEP_DB"):  # debugging a failed run: keep its store
+        print(f"kept database {name}")
+        return
+    pool.drop(name)
+
+
 def _fresh_pg(template: str) -> Iterator[str]:
     name = f"pj_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
@@ -148,22 +172,25 @@ def _fresh_pg(template: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def pg_url(pg_template: str) -> Iterator[str]:
+def pg_url(pg_databases: PgDatabases) -> Iterator[str]:
     """A fresh PostgreSQL database (for the tests of PostgreSQL-only behaviour)."""
-    yield from _fresh_pg(pg_template)
+    yield from _taken_pg(pg_databases)
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated SQLite store, copied for each test (tests/fresh_stores.py)."""
+    return fresh_stores.sqlite_template(tmp_path_factory.mktemp("sqlite-template"))
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, migrated store of each kind: a copy of the SQLite template in the test's tmp dir
+    (``photojobs.db``), a new PostgreSQL database."""
     if request.param == "sqlite":
-        path = tmp_path / "photojobs.db"
-        url = f"sqlite:///{path}"
-        engine = make_engine(url)
-        upgrade(engine)
-        engine.dispose()
-        yield url
+        yield fresh_stores.sqlite_copy(request.getfixturevalue("sqlite_template"), tmp_path / "photojobs.db")
         return
-    yield from _fresh_pg(request.getfixturevalue("pg_template"))
+    yield from _taken_pg(request.getfixturevalue("pg_databases"))
 
 
 @pytest.fixture
@@ -189,6 +216,11 @@ def _worker_env(db_url: str, redis_url: str) -> dict[str, str]:
         "PHOTOJOBS_SWEEP_INTERVAL": "0.5",
         "PHOTOJOBS_REPUBLISH_AFTER": "1",
         "PHOTOJOBS_MAX_ATTEMPTS": "3",
+        # The tests' 2 s TTL would give workers a 2 s idle-in-transaction timeout (4/5 of it, floor
+        # 2 s): shorter than a CPU-starved worker may sit between two statements of a 70,000-photo
+        # claim under a loaded CI. The rule itself is tested with it unset
+        # (tests/process/test_frozen_lock_holder.py).
+        "PHOTOJOBS_IDLE_TRANSACTION_TIMEOUT": "30",
         "PYTHONUNBUFFERED": "1",
     }
 
@@ -200,3 +232,32 @@ def fleet(env: dict[str, str], tmp_path: Path) -> Iterator[Fleet]:
     f = Fleet(env, logdir)
     yield f
     f.stop()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def shared_fleet(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SharedFleet]:
+    """A store of each kind with a private Redis and a fleet, kept for the tests of one module
+    (tests/shared_fleet.py): for tests whose jobs only need healthy workers. Each test makes its
+    own jobs and folders and asserts on them."""
+    folder = tmp_path_factory.mktemp(f"shared-fleet-{request.param}")
+    redis_server = RedisServer(folder / "redis")
+    redis_server.start()
+    pg_name, pool = None, None
+    if request.param == "sqlite":
+        url = fresh_stores.sqlite_copy(request.getfixturevalue("sqlite_template"), folder / "photojobs.db")
+    else:
+        pool = request.getfixturevalue("pg_databases")
+        pg_name = pool.take()
+        url = pool.url(pg_name)
+    engine = make_engine(url)
+    logdir = folder / "logs"
+    logdir.mkdir()
+    shared = SharedFleet(_worker_env(url, redis_server.url), engine, logdir)
+    yield shared
+    shared.stop()
+    engine.dispose()
+    redis_server.stop()
+    if pool is not None and pg_name is not None and not os.environ.get("PHOTOJOBS_TEST_KEEP_DB"):
+        pool.drop(pg_name)

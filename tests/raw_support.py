@@ -9,6 +9,8 @@ and only the preview can be looked at — like a raw of a camera LibRaw does not
 
 from __future__ import annotations
 
+import calendar
+import datetime
 import io
 import struct
 from pathlib import Path
@@ -210,4 +212,27 @@ def make_xmp_sidecar(
         "<?xpacket end='w'?>\n",
         encoding="utf-8",
     )
+    return path
+
+
+def make_crw(path: Path, taken: datetime.datetime, model: str = "Canon PowerShot G5") -> Path:
+    """Write a Canon CRW (CIFF: ``II``, header length 26, ``HEAPCCDR``, one heap) whose only clock is
+    the ``TimeStamp`` record exiftool reads as ``CanonRaw:DateTimeOriginal`` (Unix time; no EXIF at
+    all, as every CRW), with its make and model and a ``JpgFromRaw`` preview; returns ``path``."""
+    stamp = struct.pack("<Iii", calendar.timegm(taken.timetuple()), 0, 0)
+    make_model = b"Canon\x00" + model.encode() + b"\x00"
+    heap = bytearray()
+    entries = []
+    for tag, body in ((0x180E, stamp), (0x080A, make_model), (0x2007, preview_jpeg())):
+        entries.append((tag, len(body), len(heap)))
+        heap += body
+    if len(heap) % 2:
+        heap += b"\x00"
+    directory = len(heap)
+    heap += struct.pack("<H", len(entries))
+    for tag, size, offset in entries:
+        heap += struct.pack("<HII", tag, size, offset)
+    heap += struct.pack("<I", directory)
+    header = b"II" + struct.pack("<I", 26) + b"HEAPCCDR" + struct.pack("<I", 0x00010002) + bytes(8)
+    path.write_bytes(header + heap)
     return path

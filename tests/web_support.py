@@ -22,6 +22,27 @@ import pytest
 from tests.support import ROOT, free_port, unavailable, wait_for
 
 TOKEN = "test-token-0123456789"
+
+
+@contextmanager
+def uvicorn_in_thread(app: Any) -> Iterator[str]:
+    """``app`` on a real uvicorn server in a thread of this process, on a free loopback port: its
+    base URL; stopped at the end."""
+    import uvicorn
+
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    wait_for(lambda: srv.started, 30, what="uvicorn to start")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.should_exit = True
+        thread.join(30)
+
+
 FINAL = {"succeeded", "failed", "partial", "cancelled"}  # a job's terminal states in the API
 CHROMIUM_ARGS = [
     "--no-sandbox",

@@ -7,6 +7,7 @@
 from photojobs.maintenance.duties import (
     DispatchLane,
     EndAbandonedSubmissions,
+    ForgetIdempotencyKeys,
     ForgetWorkers,
     NumberEvents,
     Publisher,
@@ -24,6 +25,7 @@ from photojobs.maintenance.service import Maintenance, Service
 __all__ = [
     "DispatchLane",
     "EndAbandonedSubmissions",
+    "ForgetIdempotencyKeys",
     "ForgetWorkers",
     "Maintenance",
     "NumberEvents",

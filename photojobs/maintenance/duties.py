@@ -12,6 +12,8 @@ from sqlalchemy import Engine
 from photojobs.maintenance.service import Maintenance, Service, SweepReport
 from store.dispatch import Publish, mark_republished, stale_queued, take_for_dispatch
 from store.events import assign_cursors
+from store.idempotency import KEEP as IDEMPOTENCY_KEEP
+from store.idempotency import prune_keys
 from store.intents import settle_orphans, sweep_stray_staged
 from store.lanes import LaneSpec
 from store.submission import SUBMIT_ABANDONED, end_abandoned_submissions
@@ -23,6 +25,7 @@ log = logging.getLogger("photojobs.sweeper")
 
 __all__ = [
     "DispatchLane",
+    "ForgetIdempotencyKeys",
     "ForgetWorkers",
     "NumberEvents",
     "Publisher",
@@ -162,6 +165,20 @@ class EndAbandonedSubmissions(Service):
         return {"submissions_ended": end_abandoned_submissions(self.engine, self.after)}
 
 
+class ForgetIdempotencyKeys(Service):
+    """Every ``interval`` seconds, delete the idempotency keys older than ``keep``
+    (``PHOTOJOBS_IDEMPOTENCY_KEEP``; ``store.idempotency.prune_keys``)."""
+
+    name, what = "keys", "forgetting old idempotency keys"
+
+    def __init__(self, engine: Engine, *, keep: float = IDEMPOTENCY_KEEP, interval: float = 600.0) -> None:
+        super().__init__()
+        self.engine, self.keep, self.interval = engine, keep, interval
+
+    def run_once(self) -> Mapping[str, int]:
+        return {"keys_forgotten": prune_keys(self.engine, self.keep)}
+
+
 class VacuumTables(Service):
     """Every ``interval`` seconds, on PostgreSQL, vacuum the hot tables autovacuum leaves alone
     whose dead rows passed its threshold (``store.vacuum``). The vacuums run one table after another
@@ -227,9 +244,11 @@ def default_services(
     forget_workers_after: float = FORGET_AFTER,
     submit_abandoned_after: float = SUBMIT_ABANDONED,
     vacuum_every: float = 15.0,
+    idempotency_keep: float = IDEMPOTENCY_KEEP,
 ) -> list[Service]:
     """The sweeper's services in pass order: revoke, settle, strays, republish, one dispatch per
-    lane, events, workers, abandoned submissions, vacuum (left out when ``vacuum_every`` is 0)."""
+    lane, events, workers, abandoned submissions, old idempotency keys, vacuum (left out when
+    ``vacuum_every`` is 0)."""
     return [
         RevokeExpired(engine, specs),
         SettleOrphans(engine),
@@ -239,6 +258,7 @@ def default_services(
         NumberEvents(engine),
         ForgetWorkers(engine, after=forget_workers_after),
         EndAbandonedSubmissions(engine, after=submit_abandoned_after),
+        ForgetIdempotencyKeys(engine, keep=idempotency_keep),
         *([VacuumTables(engine, interval=vacuum_every)] if vacuum_every > 0 else []),
     ]
 

@@ -24,8 +24,10 @@ class SweepReport:
     sequenced: int = 0
     workers_forgotten: int = 0
     submissions_ended: int = 0
+    keys_forgotten: int = 0
     vacuumed: int = 0
     errors: list[str] = field(default_factory=list)
+    passed: dict[str, float] = field(default_factory=dict)  # duty -> its interval, for those that ran fine
 
     def add(self, counts: Mapping[str, int]) -> None:
         for name, n in counts.items():
@@ -108,5 +110,6 @@ class Maintenance:
                 svc._ended(exc)
             else:
                 report.add(counts)
+                report.passed[svc.name] = svc.interval
                 svc._ended(None)
         return report

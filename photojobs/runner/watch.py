@@ -15,6 +15,7 @@ from photojobs.runner.signals import StopSignals
 from photojobs.runner.worker_killer import WorkerKiller
 from photojobs.runner.workers import WorkerFleet
 from store import jobs as store_jobs
+from store.errors import NotApplicable
 
 POLL = 0.25  # seconds between two looks at the job
 
@@ -48,7 +49,10 @@ def watch(
                 progress.note("second Ctrl-C: stopping now; leases will expire and recover on the next run")
                 return WatchResult(interrupted=True)
             if stops.pause_asked and not paused_by_us:
-                client.pause(job_id)
+                try:
+                    client.pause(job_id)
+                except NotApplicable:
+                    pass  # it finished (or was being stopped) meanwhile: nothing to pause
                 paused_by_us = True
                 progress.note(
                     "Ctrl-C: pausing; running items stop at their next safe point (again: stop now)"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from photojobs.cli_support import worker_command, worker_env
@@ -23,12 +23,14 @@ class WorkerFleet:
         env: Mapping[str, str],
         log_dir: Path,
         record: Path,
+        recorder: Callable[[SupervisorEvent], None] | None = None,
     ) -> None:
         self.processes = processes
         self.restarts = 0
         self.events: list[str] = []
         self._lock = threading.Lock()
         self._seen = 0
+        self.recorder = recorder  # e.g. ``supervisor.store_recorder``: restarts by reason, in the store
         self.supervisor = Supervisor(
             lambda i: worker_command(lanes, threads),
             processes,
@@ -39,6 +41,8 @@ class WorkerFleet:
         )
 
     def on_event(self, event: SupervisorEvent) -> None:
+        if self.recorder is not None:
+            self.recorder(event)
         with self._lock:
             if event.kind == "restarted":
                 self.restarts += 1

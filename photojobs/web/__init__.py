@@ -25,16 +25,27 @@ from photojobs.api import Client
 from photojobs.roots import ROOTS_ENV, parse_roots
 from store.retention import parse_age
 
-from . import console_routes, errors, history_routes, lanes_routes, metrics, routes
+from . import (
+    console_routes,
+    errors,
+    history_routes,
+    lanes_routes,
+    metrics,
+    routes,
+    sync_routes,
+    webhook_routes,
+)
 from .auth import LoopbackOnly, authenticate
 from .limits import BodyLimit, LoginLimiter
 from .safe_json import SafeJSONResponse
-from .sse import Sequencer
+from .schedule_routes import schedules_api
+from .sse import MAX_PER_CLIENT, MAX_STREAMS, Sequencer, StreamSlots
 from .strict import known_query_only
 from .text import RequestText
 
 STATIC = Path(__file__).parent / "static"
 TOKEN_ENV = "PHOTOJOBS_API_TOKEN"  # noqa: S105 - the name of an environment variable, not a secret
+VIEWER_TOKEN_ENV = "PHOTOJOBS_VIEWER_TOKEN"  # noqa: S105 - the read-only role's token (auth.role_of)
 DEFAULT_MAX_BODY = 1 << 20
 SESSION_IDLE = 30 * 60  # PHOTOJOBS_SESSION_IDLE: a session unused this long ends
 SESSION_MAX_AGE = 12 * 3600  # PHOTOJOBS_SESSION_MAX_AGE: every session ends this long after login
@@ -63,12 +74,14 @@ class WebConfig:
     client: Client
     token: str | None
     photo_roots: list[Path]
+    viewer_token: str | None = None
     allowed_origins: tuple[str, ...] = ()
     keepalive: float = 15.0
     poll: float = 0.25
     session_idle: float = SESSION_IDLE
     session_max_age: float = SESSION_MAX_AGE
     login_limiter: LoginLimiter = field(default_factory=LoginLimiter)
+    streams: StreamSlots = field(default_factory=StreamSlots)
     sequencer: Sequencer = field(init=False)
 
     def __post_init__(self) -> None:
@@ -111,6 +124,7 @@ def create_app(
     client: Client | None = None,
     *,
     token: str | None = None,
+    viewer_token: str | None = None,
     photo_roots: Sequence[str | Path] | None = None,
     insecure: bool = False,
     keepalive: float | None = None,
@@ -122,12 +136,14 @@ def create_app(
 ) -> FastAPI:
     """The photojobs web app. Unset arguments come from the environment:
 
-    ``PHOTOJOBS_API_TOKEN`` (required unless ``insecure=True``), ``PHOTOJOBS_PHOTO_ROOTS``
+    ``PHOTOJOBS_API_TOKEN`` (required unless ``insecure=True``), ``PHOTOJOBS_VIEWER_TOKEN`` (a
+    read-only token: every GET, every state change 403; needs the API token), ``PHOTOJOBS_PHOTO_ROOTS``
     (``:``-separated folders submissions may use), ``PHOTOJOBS_SSE_KEEPALIVE`` (15 s),
     ``PHOTOJOBS_SSE_POLL`` (0.25 s), ``PHOTOJOBS_API_MAX_BODY`` (1 MiB),
     ``PHOTOJOBS_ALLOWED_ORIGINS`` (extra origins for cookie-authenticated changes, space-separated),
     ``PHOTOJOBS_SESSION_IDLE`` (30m), ``PHOTOJOBS_SESSION_MAX_AGE`` (12h), ``PHOTOJOBS_LOGIN_FAILURES``
-    (10) wrong tokens per address per ``PHOTOJOBS_LOGIN_WINDOW`` (60 s).
+    (10) wrong tokens per address per ``PHOTOJOBS_LOGIN_WINDOW`` (60 s), ``PHOTOJOBS_SSE_MAX_STREAMS``
+    (100) event streams open in all and ``PHOTOJOBS_SSE_MAX_PER_CLIENT`` (8) per client address.
 
     Without a token (``insecure=True``) every request must name a loopback host in ``Host`` (with
     ``local_port`` when given) and any ``Origin`` must be a loopback page (``auth.LoopbackOnly``).
@@ -137,11 +153,17 @@ def create_app(
     token = token if token is not None else (env.get(TOKEN_ENV) or None)
     if token is None and not insecure:
         raise ValueError(f"no API token: set {TOKEN_ENV} (or pass insecure=True for a loopback-only server)")
+    viewer_token = viewer_token if viewer_token is not None else (env.get(VIEWER_TOKEN_ENV) or None)
+    if viewer_token is not None and token is None:
+        raise ValueError(f"{VIEWER_TOKEN_ENV} needs {TOKEN_ENV}: on an open server it would grant nothing")
+    if viewer_token is not None and viewer_token == token:
+        raise ValueError(f"{VIEWER_TOKEN_ENV} must differ from {TOKEN_ENV}")
     client = client or Client()
     roots = [Path(r).expanduser().absolute() for r in photo_roots] if photo_roots is not None else None
     cfg = WebConfig(
         client=client,
         token=token,
+        viewer_token=viewer_token,
         photo_roots=roots if roots is not None else parse_roots(env.get(ROOTS_ENV)),
         allowed_origins=tuple(allowed_origins or env.get("PHOTOJOBS_ALLOWED_ORIGINS", "").split()),
         keepalive=keepalive or _env_float(env, "PHOTOJOBS_SSE_KEEPALIVE", 15.0),
@@ -151,6 +173,10 @@ def create_app(
         login_limiter=LoginLimiter(
             _env_count(env, "PHOTOJOBS_LOGIN_FAILURES", LOGIN_FAILURES),
             _env_age(env, "PHOTOJOBS_LOGIN_WINDOW", LOGIN_WINDOW),
+        ),
+        streams=StreamSlots(
+            _env_count(env, "PHOTOJOBS_SSE_MAX_STREAMS", MAX_STREAMS),
+            _env_count(env, "PHOTOJOBS_SSE_MAX_PER_CLIENT", MAX_PER_CLIENT),
         ),
     )
     app = FastAPI(
@@ -176,6 +202,9 @@ def create_app(
     app.include_router(lanes_routes.lanes)
     app.include_router(history_routes.history)
     app.include_router(console_routes.console)
+    app.include_router(sync_routes.sync_api)
+    app.include_router(schedules_api)
+    app.include_router(webhook_routes.webhooks_api)
 
     @app.get("/metrics", tags=["ops"], dependencies=[Depends(authenticate), Depends(known_query_only)])
     def prometheus(request: Request) -> Response:

@@ -9,6 +9,10 @@
   app's own origin (or one of ``PHOTOJOBS_ALLOWED_ORIGINS``).
 - Wrong tokens (login or bearer) are counted per client address (``limits.LoginLimiter``): past
   the limit, 429 with ``Retry-After``.
+- Two roles (``role_of``): the operator (``PHOTOJOBS_API_TOKEN``) may do everything; a viewer
+  (``PHOTOJOBS_VIEWER_TOKEN``, bearer or a session cookie signed with it) may read everything —
+  every GET, the event stream, the metrics — and every state change is refused with 403
+  ``read_only``. ``authenticate`` decides it once for every protected route.
 - ``LoopbackOnly`` (a server without a token, ``serve --insecure-local``): every request must name
   a loopback host (and the server's port) in ``Host``, and an ``Origin``, when sent, must be such a
   loopback origin too — a foreign page or a DNS-rebound name gets a 403.
@@ -36,6 +40,8 @@ from .errors import ApiError, error_body
 COOKIE = "photojobs_session"
 SESSION_TTL = 12 * 3600
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+OPERATOR = "operator"
+VIEWER = "viewer"
 
 
 def token_matches(given: str | None, token: str) -> bool:
@@ -111,32 +117,69 @@ def refuse_if_limited(request: Request) -> None:
         )
 
 
-def _has_session(request: Request, cfg: Any) -> bool:
-    """The request carries a valid, unrevoked session cookie."""
+def _session_role(request: Request, cfg: Any) -> str | None:
+    """The role of the request's valid, unrevoked session cookie (``operator`` when signed with the
+    API token, ``viewer`` when signed with the viewer token), None without one."""
     cookie = request.cookies.get(COOKIE)
-    return bool(session_valid(cookie, cfg.token) and check_session(cfg.client.engine, cookie or ""))
+    if not cookie:
+        return None
+    for role, token in ((OPERATOR, cfg.token), (VIEWER, cfg.viewer_token)):
+        if token is not None and session_valid(cookie, token):
+            return role if check_session(cfg.client.engine, cookie) else None
+    return None
+
+
+def token_role(given: str | None, cfg: Any) -> str | None:
+    """The role a presented token grants: ``operator`` (the API token), ``viewer`` (the viewer
+    token), None (neither). Both are compared in constant time, whichever matches."""
+    operator = token_matches(given, cfg.token)
+    viewer = cfg.viewer_token is not None and token_matches(given, cfg.viewer_token)
+    return OPERATOR if operator else VIEWER if viewer else None
+
+
+def role_of(request: Request) -> str:
+    """The role ``authenticate`` gave this request: ``operator`` or ``viewer``."""
+    return getattr(request.state, "role", OPERATOR)
+
+
+def _authorize(request: Request, role: str) -> None:
+    """The one rule of the roles: a viewer reads, and any state change is a 403 naming why."""
+    request.state.role = role
+    if role == VIEWER and request.method not in SAFE_METHODS:
+        raise ApiError(
+            403,
+            "read_only",
+            f"the viewer token is read-only: {request.method} {request.url.path} changes state; "
+            "use the operator's PHOTOJOBS_API_TOKEN",
+            {"role": VIEWER, "method": request.method},
+        )
 
 
 def authenticate(request: Request) -> str:
     """FastAPI dependency: ``"bearer"``, ``"cookie"`` or ``"open"`` (no token configured), or an
-    ``ApiError`` 401 (no/bad credentials), 403 (cookie without a matching Origin) or 429 (too many
-    wrong tokens from this address). An ``Authorization`` header of another scheme than Bearer (a
-    proxy's Basic) is ignored: the session cookie beside it counts, and it is never a wrong token."""
+    ``ApiError`` 401 (no/bad credentials), 403 (cookie without a matching Origin; a viewer's state
+    change) or 429 (too many wrong tokens from this address). An ``Authorization`` header of another
+    scheme than Bearer (a proxy's Basic) is ignored: the session cookie beside it counts, and it is
+    never a wrong token. The request's role is kept in ``request.state.role`` (``role_of``)."""
     cfg = request.app.state.photojobs
     if cfg.token is None:
+        _authorize(request, OPERATOR)
         return "open"
     header = request.headers.get("authorization")
     if header is not None and not header.strip().lower().startswith("bearer"):
         header = None  # another scheme (a proxy's Basic …) is not our credential, nor a guess at it
     if header is not None:
         refuse_if_limited(request)
-        if token_matches(bearer_token(header), cfg.token):
+        role = token_role(bearer_token(header), cfg)
+        if role is not None:
+            _authorize(request, role)
             return "bearer"
         cfg.login_limiter.failed(client_address(request))
         raise ApiError(
             401, "unauthorized", "the bearer token is wrong", headers={"WWW-Authenticate": "Bearer"}
         )
-    if _has_session(request, cfg):
+    role = _session_role(request, cfg)
+    if role is not None:
         if request.method not in SAFE_METHODS and not origin_allowed(
             request.headers.get("origin"), own_origin(request), cfg.allowed_origins
         ):
@@ -146,6 +189,7 @@ def authenticate(request: Request) -> str:
                 "a cookie-authenticated change must come from this app's own page (Origin header)",
                 {"origin": request.headers.get("origin"), "expected": own_origin(request)},
             )
+        _authorize(request, role)
         return "cookie"
     raise ApiError(
         401,

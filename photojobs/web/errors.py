@@ -48,6 +48,32 @@ class ApiError(StarletteHTTPException):
         self.extra = detail
 
 
+BACKLOG_RETRY_AFTER = 30
+
+
+def submission_refused(exc: Exception) -> ApiError:
+    """The answer to a refused submission (``POST /api/jobs``, ``POST /api/sync``): 403 a path
+    outside the photo roots, 429 a lane's backlog full (with ``Retry-After``), 409 an idempotency
+    key used with another request, 400 the rest."""
+    from photojobs.roots import OutsideRoots
+    from store.errors import BacklogFull
+    from store.idempotency import KeyReused
+
+    if isinstance(exc, KeyReused):
+        return ApiError(409, "idempotency_key_reused", str(exc), {"job": exc.job_id})
+    if isinstance(exc, OutsideRoots):
+        return ApiError(403, "outside_roots", str(exc), {"path": exc.path})
+    if isinstance(exc, BacklogFull):
+        return ApiError(
+            429,
+            "backlog_full",
+            str(exc),
+            {"lane": exc.lane, "backlog": exc.backlog, "adding": exc.adding, "bound": exc.bound},
+            headers={"Retry-After": str(BACKLOG_RETRY_AFTER)},
+        )
+    return ApiError(400, "invalid_submission", str(exc), {"kind": type(exc).__name__})
+
+
 def error_body(code: str, message: str, detail: Any = None) -> dict[str, Any]:
     return {"error": code, "message": message, "detail": detail}
 
@@ -107,6 +133,16 @@ def install(app: FastAPI) -> None:
         return JSONResponse(
             error_body("search_busy", str(exc), {"slots": exc.slots}), 429, headers={"Retry-After": "1"}
         )
+
+    from store.control import ControlBusy
+
+    @app.exception_handler(ControlBusy)
+    async def _control_busy(request: Request, exc: ControlBusy) -> JSONResponse:
+        # a job held by a frozen worker's transaction past the lock timeouts (issue 39): nothing changed
+        return JSONResponse(
+            error_body("job_busy", str(exc), {"job": exc.job_id, "action": exc.action}), 503,
+            headers={"Retry-After": "2"},
+        )  # fmt: skip
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

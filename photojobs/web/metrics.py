@@ -17,8 +17,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 import photojobs
-from store import histograms, listing
+from store import histograms, listing, sweeper_passes, webhooks
 from store.models import ALL_STATES, QUEUED, TERMINAL
+from store.workers import RESTART_EVENTS
 
 # Counters by lane: (metric name without _total, event type folded into it, help).
 LANE_COUNTERS = (
@@ -58,6 +59,8 @@ class StoreCollector(Collector):
         yield from self._items(snap)
         yield from self._lanes(snap, known)
         yield from self._fleet(snap)
+        yield from self._alerts(snap)
+        yield from _webhooks(self.client.engine)
 
     def _counters(self, snap: listing.MetricsSnapshot, known: list[str]) -> Iterator[Any]:
         folded = snap.counters
@@ -144,7 +147,7 @@ class StoreCollector(Collector):
         )
         yield _gauge(
             "photojobs_lane_paused",
-            "1 while the lane is paused across all jobs (photojobs lanes pause), else 0",
+            "1 while the lane is paused across all jobs (photojobs lane pause), else 0",
             ["lane"],
             {lane: snap.paused.get(lane, 0.0) for lane in lanes},
         )
@@ -182,6 +185,50 @@ class StoreCollector(Collector):
             },
         )
         yield info
+
+    def _alerts(self, snap: listing.MetricsSnapshot) -> Iterator[Any]:
+        """What an on-call person alerts on: each sweeper duty's age, worker restarts by reason."""
+        ages = sweeper_passes.pass_ages(self.client.engine)
+        yield _gauge(
+            "photojobs_sweeper_last_pass_age_seconds",
+            "Seconds since the sweeper duty last ran without an error (any sweeper; recorded at most "
+            "every 5 s); grows while no sweeper runs or the duty keeps failing",
+            ["duty"],
+            {duty: age for duty, (age, _) in ages.items()},
+        )
+        yield _gauge(
+            "photojobs_sweeper_duty_interval_seconds",
+            "The sweeper duty's own interval (0: every pass), to compare its age with",
+            ["duty"],
+            {duty: every for duty, (_, every) in ages.items()},
+        )
+        restarts = CounterMetricFamily(
+            "photojobs_worker_restarts",
+            "Supervised worker processes that ended unexpectedly and were restarted, by reason: crashed "
+            "(a non-zero exit), killed (a signal: OOM killer, SIGKILL), recycled (a clean exit nobody "
+            "asked for) (persisted: never goes back)",
+            labels=["reason"],
+        )
+        for reason, type_ in sorted(RESTART_EVENTS.items()):
+            restarts.add_metric([reason], snap.counters.get(type_))
+        yield restarts
+
+
+def _webhooks(engine: Any) -> Iterator[Any]:
+    """Each webhook target's deliveries and failed attempts (persisted in ``webhook_state``) and
+    its lag: the ``job_finished`` events not delivered yet (``store.webhooks``)."""
+    rows = webhooks.status(engine)
+    labels = ["host", "target"]
+    families = (
+        (CounterMetricFamily, "photojobs_webhook_deliveries", "job_finished delivered (2xx)", "delivered"),
+        (CounterMetricFamily, "photojobs_webhook_failures", "Webhook attempts that failed", "failures"),
+        (GaugeMetricFamily, "photojobs_webhook_lag_events", "job_finished events not delivered yet", "lag"),
+    )
+    for kind, name, help_, key in families:
+        family = kind(name, help_, labels=labels)
+        for r in rows:
+            family.add_metric([r["host"], r["target"][:12]], r[key])
+        yield family
 
 
 def render(client: Any) -> bytes:

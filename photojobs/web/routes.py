@@ -8,12 +8,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from starlette.background import BackgroundTask
 
 from photojobs.api import Client, NotApplicable, SubmissionError, UnknownJob
-from photojobs.roots import OutsideRoots
 from photos.params import SKIPPED_KEY
 from store.console import CONSOLE_JOB_STATES
-from store.errors import BacklogFull
 from store.jobs import JobStatus
 from store.models import ALL_STATES
 from store.sessions import create_session, revoke_session
@@ -21,15 +20,18 @@ from store.sessions import create_session, revoke_session
 from . import health, sse
 from .auth import (
     COOKIE,
+    OPERATOR,
+    VIEWER,
     authenticate,
     client_address,
     make_session,
     origin_allowed,
     own_origin,
     refuse_if_limited,
-    token_matches,
+    role_of,
+    token_role,
 )
-from .errors import ApiError
+from .errors import ApiError, submission_refused
 from .safe_json import TextSafeRoute
 from .strict import known_query_only
 
@@ -38,7 +40,6 @@ api = APIRouter(
     prefix="/api", dependencies=[Depends(authenticate), Depends(known_query_only)], route_class=TextSafeRoute
 )
 
-BACKLOG_RETRY_AFTER = 30
 # Ids of jobs and items are 32-bit columns on PostgreSQL; event cursors are 64-bit.
 MAX_ROW_ID = 2**31 - 1
 MAX_CURSOR = 2**63 - 1
@@ -159,10 +160,12 @@ def login(body: SessionRequest, request: Request, response: Response) -> Respons
     if origin is not None and not origin_allowed(origin, own_origin(request), cfg.allowed_origins):
         raise ApiError(403, "bad_origin", "log in from this app's own page", {"origin": origin})
     refuse_if_limited(request)
-    if cfg.token is not None and not token_matches(body.token, cfg.token):
+    role = token_role(body.token, cfg) if cfg.token is not None else OPERATOR
+    if role is None:
         cfg.login_limiter.failed(client_address(request))
         raise ApiError(401, "unauthorized", "the token is wrong")
-    cookie = make_session(cfg.token or "open", ttl=cfg.session_max_age)
+    signer = cfg.viewer_token if role == VIEWER else cfg.token
+    cookie = make_session(signer or "open", ttl=cfg.session_max_age)
     create_session(cfg.client.engine, cookie, idle=cfg.session_idle, max_age=cfg.session_max_age)
     response.status_code = 204
     response.set_cookie(
@@ -189,24 +192,49 @@ def logout(request: Request, response: Response) -> Response:
 
 
 @api.get("/session", tags=["auth"])
-def whoami(via: str = Depends(authenticate)) -> dict[str, Any]:
-    """Whether the request is authenticated, and how (bearer, cookie, open)."""
-    return {"authenticated": True, "via": via}
+def whoami(request: Request, via: str = Depends(authenticate)) -> dict[str, Any]:
+    """Whether the request is authenticated, how (bearer, cookie, open), and its role (``operator``,
+    or ``viewer``: read-only, every state change 403)."""
+    return {"authenticated": True, "via": via, "role": role_of(request)}
 
 
 # -- jobs --------------------------------------------------------------------------------------------
+IdempotencyKeyHeader = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        max_length=255,
+        description="a retry with the same key and body answers the first job (200, `replayed`); "
+        "the same key with another body is refused (409); keys are kept PHOTOJOBS_IDEMPOTENCY_KEEP",
+    ),
+]
+
+
 @api.post("/jobs", status_code=201, tags=["jobs"])
-def submit(body: JobRequest, request: Request) -> dict[str, Any]:
+def submit(
+    body: JobRequest, request: Request, response: Response, idempotency_key: IdempotencyKeyHeader = None
+) -> dict[str, Any]:
     """Submit a job. 400 bad lane/parameter/path (an S3 endpoint, a raw s3:// target, diagnostics
     without PHOTOJOBS_DIAGNOSTICS=1), 403 a path or destination outside the photo/output roots,
-    429 backlog full.
+    409 an ``Idempotency-Key`` already used with another body, 429 backlog full. With an
+    ``Idempotency-Key`` used before with the same body: 200 and the first job (``replayed``).
 
     Runs in a worker thread: walking a large folder never blocks the event loop."""
+    from photojobs.api import submit_request
     from photojobs.roots import diagnostics_on
+    from store.idempotency import make
 
     cfg = _cfg(request)
     client = cfg.client
     try:
+        idem = None
+        if idempotency_key is not None:
+            asked = submit_request(body.lanes, body.paths, body.params, body.priority)
+            idem = make("jobs", idempotency_key, asked)
+            earlier = client.earlier_submission(idem)  # before walking the folders again
+            if earlier is not None:
+                response.status_code = 200
+                return earlier.as_dict()
         plan = client.plan(
             body.lanes,
             body.paths,
@@ -215,20 +243,12 @@ def submit(body: JobRequest, request: Request) -> dict[str, Any]:
             untrusted=True,
             diagnostics=diagnostics_on(client.settings.env),
         )
-        done = client.submit(plan.lanes, [], plan=plan, priority=body.priority)
-    except OutsideRoots as exc:
-        raise ApiError(403, "outside_roots", str(exc), {"path": exc.path}) from None
-    except BacklogFull as exc:
-        raise ApiError(
-            429,
-            "backlog_full",
-            str(exc),
-            {"lane": exc.lane, "backlog": exc.backlog, "adding": exc.adding, "bound": exc.bound},
-            headers={"Retry-After": str(BACKLOG_RETRY_AFTER)},
-        ) from None
-    except SubmissionError as exc:
-        raise ApiError(400, "invalid_submission", str(exc), {"kind": type(exc).__name__}) from None
-    return {"job": done.job_id, "items": done.items, "skipped": done.skipped, "left_out": done.left_out}
+        done = client.submit(plan.lanes, [], plan=plan, priority=body.priority, idempotency_key=idem)
+    except SubmissionError as exc:  # outside the roots 403, backlog full 429, key reused 409, the rest 400
+        raise submission_refused(exc) from None
+    if done.replayed:
+        response.status_code = 200
+    return done.as_dict()
 
 
 @api.get("/jobs", tags=["jobs"])
@@ -251,8 +271,10 @@ def list_jobs(
         raise ApiError(400, "invalid_request", "the search contains a NUL character")
     if after is not None and after > MAX_ROW_ID:
         after = None  # every job id is below it: the first page
-    jobs, nxt = _cfg(request).client.find_jobs(state=state, search=q, limit=limit, after=after)
-    return {"jobs": [status_dict(j) for j in jobs], "next": nxt}
+    client = _cfg(request).client
+    jobs, nxt = client.find_jobs(state=state, search=q, limit=limit, after=after)
+    etas = client.etas(jobs)
+    return {"jobs": [status_dict(j) | {"eta": etas.get(j.job_id)} for j in jobs], "next": nxt}
 
 
 @api.get("/jobs/{job_id}", tags=["jobs"])
@@ -523,6 +545,14 @@ async def stream(
         start = int(text)
     if job is not None and job > MAX_ROW_ID:
         job = -1  # no such job: the stream stays open and quiet
+    peer = client_address(request)
+    refused = cfg.streams.take(peer)
+    if refused:
+        raise ApiError(
+            503, "too_many_streams", f"{refused}; close one or try again later",
+            {"per_client": cfg.streams.per_client, "total": cfg.streams.total}, headers={"Retry-After": "5"},
+        )  # fmt: skip
+    release = cfg.streams.releaser(peer)
     return StreamingResponse(
         sse.stream(
             request,
@@ -532,9 +562,12 @@ async def stream(
             job_id=job,
             keepalive=cfg.keepalive,
             poll=cfg.poll,
+            slots=cfg.streams,
+            release=release,
         ),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        background=BackgroundTask(release),  # a response never sent gives its slot back too
     )
 
 

@@ -49,7 +49,14 @@ TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, SKIPPED})
 SETTLED_JOB_STATES = frozenset({"succeeded", "failed", "partial", "cancelled", "paused"})
 
 JOB_EVENTS = frozenset(
-    {"job_submitted", "job_cancel_requested", "job_pause_requested", "job_resumed", "job_retried"}
+    {
+        "job_submitted",
+        "job_cancel_requested",
+        "job_pause_requested",
+        "job_resumed",
+        "job_retried",
+        "job_finished",
+    }
 )
 ITEM_EVENTS = frozenset(
     {
@@ -73,7 +80,8 @@ ITEM_EVENTS = frozenset(
         "stale_commit_rejected",
     }
 )
-OTHER_EVENTS = frozenset({"message_rejected", "lane_paused", "lane_resumed"})  # lane events name no job
+# Lane events name no job; a sync's photo_moved (store.sync: a move found on disk) names a photo only.
+OTHER_EVENTS = frozenset({"message_rejected", "lane_paused", "lane_resumed", "photo_moved"})
 # File-effect intents (store.intents): recorded by a lease holder through its fence, then settled
 # (applied/discarded) by that attempt, a later one, or whatever settles the intents of stopped items.
 INTENT_EVENTS = frozenset({"intent_recorded", "intent_applied", "intent_discarded"})
@@ -150,6 +158,7 @@ class _Job:
     submitted: int | None = None  # items announced by job_submitted
     created: int = 0
     expect: str | None = None  # the job event that must close a batch of item events
+    finished: int = 0  # job_finished events since the job last came back to work (job_retried)
 
 
 @dataclass
@@ -187,6 +196,7 @@ class _Walker:
         self.intervals: dict[int, list[_Interval]] = defaultdict(list)  # photo -> lease intervals
         self.out: list[str] = []
         self.quarantined: dict[int, tuple[int, int]] = {}
+        self.complete = True  # the whole log (no job pruned): job_finished's counts are checked
 
     # -- helpers ----------------------------------------------------------------
     def bad(self, it: _Item, e: EventRecord, msg: str) -> None:
@@ -254,8 +264,33 @@ class _Walker:
             if job.control == "cancel":
                 self.out.append(f"job {e.job} at cursor {e.cursor}: {e.type} after the job was cancelled")
             job.control = "pause" if e.type == "job_pause_requested" else None
-        elif e.type == "job_retried" and job.control == "cancel":
-            job.control = None  # a retry lifts the cancel request (a pause stays)
+        elif e.type == "job_retried":
+            job.finished = 0  # its next finish writes job_finished again (store.job_end.reopen)
+            if job.control == "cancel":
+                job.control = None  # a retry lifts the cancel request (a pause stays)
+        elif e.type == "job_finished":
+            self.job_finished(e, job)
+
+    def job_states(self, job_id: int) -> Counter[str]:
+        """The job's items by the state the log leaves them in so far."""
+        return Counter(it.state for it in self.items.values() if it.job == job_id and it.state is not None)
+
+    def job_finished(self, e: EventRecord, job: _Job) -> None:
+        """Written once per finish, in the transaction that ended the job's last item: every item
+        the log knows of the job has ended, and the counts it reports are theirs."""
+        job.finished += 1
+        if job.finished > 1:
+            self.out.append(f"job {e.job} at cursor {e.cursor}: job_finished written twice for one finish")
+        states = self.job_states(int(e.job or 0))
+        open_ = {s: n for s, n in states.items() if s not in TERMINAL}
+        if open_:
+            self.out.append(f"job {e.job} at cursor {e.cursor}: job_finished while items are {dict(open_)}")
+        if job.submitted is None and job.control != "cancel":
+            self.out.append(f"job {e.job} at cursor {e.cursor}: job_finished before it was submitted")
+        counts = (e.detail or {}).get("counts")
+        if self.complete and counts != dict(states):
+            have = dict(states)
+            self.out.append(f"job {e.job} at cursor {e.cursor}: job_finished counts {counts}, items {have}")
 
     def item_event(self, e: EventRecord) -> None:
         assert e.item is not None
@@ -522,6 +557,7 @@ def check_history(
     jobs = sorted(set(job_ids))
     walker = _Walker(lock_modes if lock_modes is not None else default_lock_modes(), max_attempts)
     analysis = Analysis(events=len(events))
+    walker.complete = not pruned
     if pruned is None:
         analysis.violations.extend(check_cursors(events))
     for e in events:
@@ -545,6 +581,10 @@ def check_history(
     for job_id, job in walker.jobs.items():
         if job.expect is not None:
             walker.out.append(f"job {job_id}: the log ends before {job.expect} closed its batch")
+        ended = all(s in TERMINAL for s in walker.job_states(job_id))
+        over = job.submitted is not None or job.control == "cancel"
+        if ended and over and not job.finished and not (pruned and job_id in pruned):
+            walker.out.append(f"job {job_id}: every item ended but no job_finished was written")
     walker.check_locks()
     out = walker.out
     for it in walker.items.values():

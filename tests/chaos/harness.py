@@ -297,12 +297,16 @@ class ChaosRun:
             self._pause(job, why)
         except UnknownJob:
             self._gone(job, "pause")
+        except NotApplicable as exc:
+            self._refused(job, "pause", exc)
 
     def resume(self, job: ChaosJob, why: str) -> None:
         try:
             self._resume(job, why)
         except UnknownJob:
             self._gone(job, "resume")
+        except NotApplicable as exc:
+            self._refused(job, "resume", exc)
 
     def cancel(self, job: ChaosJob, why: str) -> None:
         try:
@@ -310,6 +314,14 @@ class ChaosRun:
         except UnknownJob:
             self._gone(job, "cancel")
             job.cancelled = True  # as wanted: the job had ended before it
+        except NotApplicable as exc:
+            self._refused(job, "cancel", exc)
+
+    def _refused(self, job: ChaosJob, what: str, exc: NotApplicable) -> None:
+        """``what`` did not apply to the job as it was by then (it finished meanwhile, or was being
+        cancelled): the store refused it and changed nothing (``store.control.CONTROL_APPLIES``)."""
+        self.actions[f"{what}_refused"] += 1
+        self.note(f"{what} job {job.id} refused: {exc}")
 
     def _pause(self, job: ChaosJob, why: str) -> None:
         n = self.client.pause(job.id)

@@ -75,6 +75,10 @@ class History:
             self.add("item_resumed", item=item, token=token, detail={"reason": "job resumed"})
         return self.add("job_resumed", job=job, detail={"resumed": len(items)})
 
+    def finished(self, job: int, state: str = "succeeded", **counts: int) -> History:
+        """The job's job_finished (store.job_end), with its items' counts by state."""
+        return self.add("job_finished", job=job, detail={"state": state, "counts": counts})
+
     # -- item level ---------------------------------------------------------------
     def queued(self, item: int, token: int) -> History:
         return self.add("item_queued", item=item, token=token)

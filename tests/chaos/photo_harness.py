@@ -16,6 +16,21 @@ boundaries of the file effects (``tests.chaos.failpoint_actors``: each hit fires
 probability): a "zombie maker" that freezes at exif/rename boundaries and is thawed after its lease
 expired, and a "killer" that dies at a boundary dealt from a deck of all of them; graceful SIGTERM;
 Redis FLUSHALL; extra sweepers started and killed; cancel, pause and resume of jobs.
+
+Beside the waves, a ``photojobs watch`` process (issue 38) watches a drop folder of its own (out of
+the waves' roots) with the analysis lane: photos are dropped into it during the chaos (some written
+in chunks, some with a sidecar written after them) and some, once analysed, moved into another
+folder by hand. At the end every dropped photo must have exactly one analysis item among the
+watcher's jobs, succeeded (no file lost, none twice; a move is no new item).
+
+And beside them a *schedule* (issue 38): ``photojobs schedule add`` at the start, every
+:data:`SCHEDULE_EVERY`, of a ``sync --lanes analysis`` of a folder of its own, which the sweepers
+of the fleet run (they are killed and restarted by the faults); photos are put into that folder at
+a few random moments (a rename into it: whole). At the end (``schedule_findings``): the schedule's
+jobs (those whose roots are its folder) never overlap (each created after the one before finished,
+``jobs.created_at`` vs ``job_ends.finished_at``), there are no more of them than the schedule's
+``runs`` and its ``last_job`` is the newest, and every photo put into its folder has exactly one
+analysis item among them, succeeded (no double run, no lost file).
 """
 
 from __future__ import annotations
@@ -25,9 +40,11 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,13 +53,16 @@ from PIL import Image
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from photojobs import schedules
 from photojobs.api import Plan
 from photojobs.cli_support import worker_command, worker_env
 from photojobs.testing.samples import generate_samples, make_png
+from photos.fileops import sha256_file
 from photos.params import validate_params
+from store import schedules as store_schedules
 from store.jobs import PhotoInput
 from store.lanes import PHOTO_LANES
-from store.models import Item, Photo
+from store.models import Item, Job, JobEnd, Photo
 from tests.chaos.checker import SETTLED_JOB_STATES
 from tests.chaos.harness import PLAIN, ChaosJob, ChaosRun, EventTail, Worker
 from tests.chaos.photo_model import Baseline, take_baseline
@@ -50,6 +70,11 @@ from tests.raw_support import make_raw, make_xmp_sidecar, preview_jpeg
 from tests.support import ROOT, pid_of_owner
 
 LANES = ["noop", *PHOTO_LANES]  # every worker serves every lane
+DROPS = 24  # photos the run may drop into the watched folder
+WATCH_DEBOUNCE = "1"
+SCHEDULE_NAME = "chaos-sync"
+SCHEDULE_EVERY = "2s"
+SCHEDULE_PHOTOS = 8  # photos the run may put into the schedule's folder (2 at the start)
 WORKERS = 4
 THREADS = 2
 # Of the WORKERS, while the faults last: one "zombie maker" (freezes at exif/rename boundaries, is
@@ -124,6 +149,8 @@ MINIMUM_PER_MINUTE = {
     "batched_claims": 1,
     # undo jobs racing a wave's jobs (one per wave from the second: a short run has 2-3 waves)
     "undo": 0.5,
+    # photos dropped into the watched folder (issue 38)
+    "drop": 2,
 }
 LONG_RUN_ITEMS = 1000  # a run of 5 minutes or more handles at least this many items
 
@@ -239,6 +266,14 @@ class PhotoChaosRun(ChaosRun):
     spawned: int = 0
     done: set[int] = field(default_factory=set)  # jobs seen terminal
     young_exits: int = 0  # workers in a row that exited on their own within 20 s of their start
+    drop: Path = field(init=False)  # the watched folder (issue 38)
+    staged: list[Path] = field(default_factory=list)  # photos still to drop
+    dropped: dict[str, str] = field(default_factory=dict)  # where each dropped photo is -> its sha256
+    watch_proc: subprocess.Popen[bytes] | None = None
+    scheduled: Path = field(init=False)  # the schedule's folder (issue 38)
+    sched_staged: list[Path] = field(default_factory=list)  # photos still to put there
+    sched_added: dict[str, str] = field(default_factory=dict)  # photo put there -> its sha256
+    sched_counts: dict[str, int] = field(default_factory=dict)  # the schedule's figures at the end
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -246,6 +281,8 @@ class PhotoChaosRun(ChaosRun):
         self.archive = self.workdir / "photos-archive"
         self.uploads = self.workdir / "photos-uploads"
         self.failpoint_log = self.workdir / "failpoints.log"
+        self.drop = self.workdir / "drop"
+        self.scheduled = self.workdir / "scheduled"
         self._freeze_lock = threading.Lock()
         self._watching = threading.Event()
         self.thaw_rng = random.Random(self.rng.random())  # the watcher thread's own, so runs replay
@@ -463,11 +500,7 @@ class PhotoChaosRun(ChaosRun):
         """Undo a settled job. Safe at any moment of a wave: it names its photos by the store's rows
         (``store.history.plan_undo``), whatever a mover moved already; it races the jobs running."""
         pool = [
-            j
-            for j in self.jobs
-            if isinstance(j, PhotoJob)
-            and j.kind in UNDOABLE_KINDS
-            and j.id in self.done
+            j for j in self.jobs if isinstance(j, PhotoJob) and j.kind in UNDOABLE_KINDS and j.id in self.done
         ]
         self.rng.shuffle(pool)
         for undone in pool:  # the first with something left to undo
@@ -662,8 +695,224 @@ class PhotoChaosRun(ChaosRun):
         ("pause", 0.7),
         ("resume", 1.0),
         ("cancel", 0.25),
+        ("drop", 0.6),
+        ("move_dropped", 0.25),
         ("nothing", 1.0),
     )
+
+    # -- the watched folder (issue 38) ------------------------------------------------------------
+    def start_watcher(self) -> None:
+        """``photojobs watch`` over the drop folder (analysis), and the photos it will be given."""
+        self.drop.mkdir(parents=True, exist_ok=True)
+        seed = (self.seed + 38) % 1000
+        self.staged = generate_samples(self.workdir / "stage", DROPS, seed=seed, size=(200, 150))
+        self.rng.shuffle(self.staged)
+        out = open(self.fleet.logdir / "watch.log", "ab")  # noqa: SIM115
+        command = ["watch", "--lanes", "analysis", "--json", "--debounce", WATCH_DEBOUNCE]
+        command += ["--batch-wait", "0.5"]
+        self.watch_proc = subprocess.Popen(
+            [sys.executable, "-m", "photojobs", *command, str(self.drop)],
+            cwd=ROOT, env=self.env, stdout=out, stderr=out, start_new_session=True,
+        )  # fmt: skip
+        self.fleet.procs.append(self.watch_proc)
+        self.note(f"watcher pid {self.watch_proc.pid} on {self.drop}")
+
+    def act_drop(self) -> bool:
+        """Drop the next staged photo into the watched folder: whole, in chunks, or with a sidecar
+        written after it (the watcher must wait for both)."""
+        if not self.staged:
+            return False
+        source = self.staged.pop()
+        data = source.read_bytes()
+        target = self.drop / f"day {len(self.dropped) % 3}" / source.name
+        target.parent.mkdir(exist_ok=True)
+        how = self.rng.choice(["whole", "chunks", "sidecar"])
+        with open(target, "wb") as out:
+            if how == "chunks":  # a slow copy: pauses shorter than the debounce
+                half = len(data) // 2
+                out.write(data[:half])
+                out.flush()
+                time.sleep(0.3)
+                out.write(data[half:])
+            else:
+                out.write(data)
+        if how == "sidecar":
+            time.sleep(0.3)
+            make_xmp_sidecar(target.with_name(f"{target.name}.xmp"), keywords=("dropped",), rating=2)
+        self.dropped[str(target)] = sha256_file(target)
+        self.actions["drop"] += 1
+        self.note(f"dropped {target} ({how})")
+        return True
+
+    def watch_items(self) -> dict[str, list[tuple[int, str]]]:
+        """Path of each photo of the watcher's jobs -> its analysis items (id, state)."""
+        with Session(self.engine) as s:
+            jobs = [j for j, roots in s.execute(select(Job.id, Job.roots)) if roots == [str(self.drop)]]
+            rows = s.execute(
+                select(Photo.path, Item.id, Item.state)
+                .join(Item, Item.photo_id == Photo.id)
+                .where(Item.job_id.in_(jobs))
+            ).all() if jobs else []  # fmt: skip
+        out: dict[str, list[tuple[int, str]]] = {}
+        for path, item, state in rows:
+            out.setdefault(path, []).append((item, state))
+        return out
+
+    def act_move_dropped(self) -> bool:
+        """Move a dropped photo that was analysed into another folder by hand (with its sidecar): a
+        move, its photo keeps its id and gets no new item."""
+        done = {p for p, its in self.watch_items().items() if its and all(st == "succeeded" for _, st in its)}
+        ready = sorted(p for p in self.dropped if p in done and "/moved/" not in p)
+        if not ready:
+            return False
+        old = Path(self.rng.choice(ready))
+        new = self.drop / "moved" / old.name
+        new.parent.mkdir(exist_ok=True)
+        os.rename(old, new)
+        side = old.with_name(f"{old.name}.xmp")
+        if side.exists():
+            os.rename(side, new.with_name(f"{new.name}.xmp"))
+        self.dropped[str(new)] = self.dropped.pop(str(old))
+        self.actions["move_dropped"] += 1
+        self.note(f"moved {old} -> {new} by hand")
+        return True
+
+    def watch_findings(self, timeout: float) -> list[str]:
+        """Every dropped photo, where it is now, has exactly one analysis item among the watcher's
+        jobs and it succeeded (waited for up to ``timeout``: the watcher's last batches)."""
+
+        def settled() -> bool:
+            found = self.watch_items()
+            ended = ("succeeded", "failed")
+            return all(p in found and all(st in ended for _, st in found[p]) for p in self.dropped)
+
+        deadline = time.monotonic() + timeout
+        while not settled() and time.monotonic() < deadline:
+            self.maintain()
+            time.sleep(0.5)
+        found = self.watch_items()
+        out = []
+        if self.watch_proc is not None and self.watch_proc.poll() is not None:
+            out.append(f"the watcher exited with {self.watch_proc.returncode}")
+        for path in sorted(self.dropped):
+            items = found.get(path, [])
+            if not items:
+                out.append(f"watched folder: {path} was never submitted (lost)")
+            elif len(items) > 1:
+                out.append(f"watched folder: {path} has {len(items)} analysis items: {items}")
+            elif items[0][1] != "succeeded":
+                out.append(f"watched folder: {path}'s item {items[0][0]} is {items[0][1]}")
+        extra = sorted(set(found) - set(self.dropped))
+        if extra:
+            out.append(f"watched folder: items for paths never dropped there: {extra[:5]}")
+        self.note(f"watched folder: {len(self.dropped)} photos dropped, {len(found)} photos submitted")
+        return out
+
+    # -- the schedule (issue 38) -------------------------------------------------------------------
+    def start_schedule(self) -> None:
+        """``photojobs schedule add`` (its function) of a ``sync`` of the schedule's folder
+        (analysis), with two photos in it already (its first run makes a job)."""
+        self.scheduled.mkdir(parents=True, exist_ok=True)
+        seed = (self.seed + 83) % 1000
+        self.sched_staged = generate_samples(
+            self.workdir / "stage-scheduled", SCHEDULE_PHOTOS, seed=seed, size=(200, 150)
+        )
+        self.rng.shuffle(self.sched_staged)
+        self.act_schedule_photo()
+        self.act_schedule_photo()
+        # In process, through the function ``photojobs schedule add`` calls (the CLI's start-up took
+        # 30 s under load, and held back the faults)
+        command = ["sync", str(self.scheduled), "--lanes", "analysis"]
+        schedules.add(self.client, SCHEDULE_NAME, command, every=SCHEDULE_EVERY)
+        self.note(f"schedule {SCHEDULE_NAME} every {SCHEDULE_EVERY}: sync {self.scheduled} --lanes analysis")
+
+    def act_schedule_photo(self) -> bool:
+        """Put the next staged photo into the schedule's folder (renamed in: whole at once)."""
+        if not self.sched_staged:
+            return False
+        source = self.sched_staged.pop()
+        target = self.scheduled / source.name
+        os.rename(source, target)
+        self.sched_added[str(target)] = sha256_file(target)
+        self.actions["schedule_photo"] += 1
+        self.note(f"put {target} into the schedule's folder")
+        return True
+
+    def schedule_jobs(self) -> list[tuple[int, float, float | None]]:
+        """The schedule's jobs (roots: its folder), oldest first: (id, created_at, finished_at)."""
+        with Session(self.engine) as s:
+            rows = s.execute(
+                select(Job.id, Job.roots, Job.created_at, JobEnd.finished_at)
+                .outerjoin(JobEnd, JobEnd.job_id == Job.id)
+                .order_by(Job.created_at, Job.id)
+            ).all()
+        return [(j, c, f) for j, roots, c, f in rows if roots == [str(self.scheduled)]]
+
+    def schedule_items(self, jobs: list[int]) -> dict[str, list[tuple[int, int, str]]]:
+        """Path of each photo of ``jobs`` -> its analysis items (job, id, state)."""
+        if not jobs:
+            return {}
+        with Session(self.engine) as s:
+            rows = s.execute(
+                select(Photo.path, Item.job_id, Item.id, Item.state)
+                .join(Item, Item.photo_id == Photo.id)
+                .where(Item.job_id.in_(jobs))
+            ).all()
+        out: dict[str, list[tuple[int, int, str]]] = {}
+        for path, job, item, state in rows:
+            out.setdefault(path, []).append((job, item, state))
+        return out
+
+    def schedule_findings(self, timeout: float) -> list[str]:
+        """The schedule ran no two runs at once and lost no photo (waited for up to ``timeout``:
+        its last runs pick up the last photos and their jobs finish): its jobs' lifetimes never
+        overlap, they are no more than its ``runs`` (its ``last_job`` the newest), and each photo
+        put into its folder has exactly one analysis item among them, succeeded."""
+
+        def settled() -> bool:
+            jobs = self.schedule_jobs()
+            found = self.schedule_items([j for j, _, _ in jobs])
+            ended = ("succeeded", "failed")
+            return all(f is not None for _, _, f in jobs) and all(
+                p in found and all(st in ended for _, _, st in found[p]) for p in self.sched_added
+            )
+
+        deadline = time.monotonic() + timeout
+        while not settled() and time.monotonic() < deadline:
+            self.maintain()
+            time.sleep(0.5)
+        jobs = self.schedule_jobs()
+        found = self.schedule_items([j for j, _, _ in jobs])
+        row = store_schedules.get(self.engine, SCHEDULE_NAME)
+        out = []
+        for (before, _, ended), (after, created, _) in zip(jobs, jobs[1:], strict=False):
+            if ended is None or created < ended:
+                out.append(
+                    f"schedule: job {after} created at {created:.3f} while job {before} was unfinished "
+                    f"(finished at {ended}): two runs at once"
+                )
+        if jobs and jobs[-1][2] is None:
+            out.append(f"schedule: its last job {jobs[-1][0]} did not finish within {timeout:g}s")
+        if len(jobs) > row.runs:
+            out.append(f"schedule: {len(jobs)} jobs but runs={row.runs}")
+        if row.last_job is not None and (not jobs or row.last_job != jobs[-1][0]):
+            out.append(f"schedule: last_job {row.last_job} is not its newest job {jobs[-1:]}")
+        for path in sorted(self.sched_added):
+            items = found.get(path, [])
+            if not items:
+                out.append(f"schedule: {path} was never submitted (lost)")
+            elif len(items) > 1:
+                out.append(f"schedule: {path} has {len(items)} analysis items (job, item, state): {items}")
+            elif items[0][2] != "succeeded":
+                out.append(f"schedule: {path}'s item {items[0][1]} is {items[0][2]}")
+        extra = sorted(set(found) - set(self.sched_added))
+        if extra:
+            out.append(f"schedule: items for paths never put in its folder: {extra[:5]}")
+        self.sched_counts = {
+            "runs": row.runs, "skipped": row.skipped, "jobs": len(jobs), "photos": len(self.sched_added),
+        }  # fmt: skip
+        self.note(f"schedule: {self.sched_counts}, last_error {row.last_error!r}")
+        return out
 
     # -- the run -----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -708,19 +957,38 @@ class PhotoChaosRun(ChaosRun):
         paths = self.current_paths()
         for kind in ("shift", "keywords", "rename", "upload", "bundle", "noop"):
             self.submit_job(kind, self.rng.sample(self.photo_ids, self.rng.randint(6, 12)), paths)
+        # a run whose sweeper is SIGKILLed mid-sync is over after 15 s without a heartbeat (not the
+        # default 300 s, longer than the run's end check waits for the schedule's photos)
+        self.env["PHOTOJOBS_SCHEDULE_ABANDONED"] = self.fleet.env["PHOTOJOBS_SCHEDULE_ABANDONED"] = "15"
         self.start_sweeper()
         for _ in range(WORKERS):
             self.start_worker()
-        for fault in ("kill_holder", "freeze_holder_long", "flushall", "sweeper", "pause", "cancel", "undo"):
-            self.forced.append((self.rng.uniform(0.1, 0.8) * self.seconds, fault))
+        self.start_watcher()
+        self.start_schedule()
+        # One of each of these in the first half of the run, whatever the dice say (the short run can
+        # then end once it has seen its minimums; the random faults go on all along)
+        for fault in (
+            "kill_holder", "freeze_holder_long", "flushall", "sweeper", "pause", "cancel", "undo", "drop",
+        ):  # fmt: skip
+            self.forced.append((self.rng.uniform(0.1, 0.5) * self.seconds, fault))
+        for _ in range(3):  # photos for the schedule's folder at random moments
+            self.forced.append((self.rng.uniform(0.05, 0.6) * self.seconds, "schedule_photo"))
         self.note(f"started {WORKERS} workers x {THREADS} threads (lanes {LANES}), 1 sweeper")
         threading.Thread(target=self._freeze_watcher, name="freeze-watcher", daemon=True).start()
 
-    def chaos(self) -> None:
+    def chaos(self, proven: Callable[[], bool] | None = None) -> None:
+        """Deal faults for the run's length, or until ``proven()`` says the run has seen enough
+        (asked every 2 s)."""
         names = [a for a, _ in self.PHOTO_ACTIONS]
         weights = [w for _, w in self.PHOTO_ACTIONS]
         end = self.t0 + self.seconds
+        look = time.monotonic() + 2.0
         while time.monotonic() < end:
+            if proven is not None and time.monotonic() >= look:
+                look = time.monotonic() + 2.0
+                if proven():
+                    self.note(f"proved its minimums after {time.monotonic() - self.t0:.1f} s: the faults end")
+                    break
             time.sleep(self.rng.uniform(0.3, 1.0))
             self.maintain()
             now = time.monotonic() - self.t0

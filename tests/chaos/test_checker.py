@@ -38,7 +38,7 @@ def one_of(found: list[str], *needles: str) -> None:
 
 def test_accepts_a_plain_run() -> None:
     # Given two items that are queued, claimed and succeed once each
-    h = History().submit(1, [10, 11]).run(10, 0, 1, W1, {"ok": 1}).run(11, 0, 1, W2)
+    h = History().submit(1, [10, 11]).run(10, 0, 1, W1, {"ok": 1}).run(11, 0, 1, W2).finished(1, succeeded=2)
     # When the history is checked against a store that agrees with it
     found = violations(h, {10: ("succeeded", 1, 1), 11: ("succeeded", 1, 1)}, results={10: {"ok": 1}})
     # Then there is nothing to report
@@ -49,7 +49,7 @@ def test_accepts_revocation_rejected_zombie_and_a_second_run() -> None:
     # Given an item whose first lease expires (frozen worker), that runs again elsewhere, and whose
     # zombie's late commit is rejected
     h = History().submit(1, [10]).queued(10, 0).claimed(10, 1, 1, W1).expired(10, 1, 1, W1)
-    h.queued(10, 2).claimed(10, 3, 2, W2).stale(10, 1, W1).succeeded(10, 3, 2, W2)
+    h.queued(10, 2).claimed(10, 3, 2, W2).stale(10, 1, W1).succeeded(10, 3, 2, W2).finished(1, succeeded=1)
     # When it is checked
     found = violations(h, {10: ("succeeded", 3, 2)})
     # Then it is a valid history
@@ -64,7 +64,7 @@ def test_accepts_pause_stop_resume_release_deferral_and_cancel() -> None:
     h.resume(1, [(10, 1), (11, 0)])
     h.queued(11, 0).add("item_deferred", item=11, token=0, worker=W2).queued(11, 0)
     h.claimed(11, 1, 1, W2).released(11, 1, 1, W2).run(10, 1, 1, W1)
-    h.cancel(1, [(11, 1), (12, 0)])
+    h.cancel(1, [(11, 1), (12, 0)]).finished(1, "cancelled", cancelled=2, succeeded=1)
     # When it is checked against the store (the pause and the release gave their attempts back)
     found = violations(
         h,
@@ -83,6 +83,7 @@ def test_accepts_quarantine_after_max_attempts() -> None:
         h.queued(10, 2 * n).claimed(10, 2 * n + 1, n + 1, W1)
         h.expired(10, 2 * n + 1, n + 1, W1, state="failed" if n == 2 else "pending")
     h.add("item_failed", item=10, token=6, attempt=3, detail={"error": "quarantined"})
+    h.finished(1, "failed", failed=1)
     # When it is checked with max_attempts = 3, and with max_attempts = 5
     ok = violations(h, {10: ("failed", 6, 3)}, job_states={1: "failed"}, max_attempts=3)
     early = violations(h, {10: ("failed", 6, 3)}, job_states={1: "failed"}, max_attempts=5)
@@ -100,6 +101,8 @@ def test_accepts_shared_overlap_and_sequential_exclusive_locks() -> None:
     h.succeeded(10, 1, 1, W1).succeeded(20, 1, 1, W2)
     h.queued(30, 0).claimed(30, 1, 1, W1).expired(30, 1, 1, W1)
     h.queued(40, 0).claimed(40, 1, 1, W2).succeeded(40, 1, 1, W2).run(30, 2, 2, W2)
+    for job in (1, 2, 3, 4):
+        h.finished(job, succeeded=1)
     # When it is checked
     found = violations(
         h,
@@ -225,7 +228,7 @@ def test_reports_a_phantom_queue_event_once() -> None:
     # Given an item paused, then logged as queued by a dispatcher that did not queue it (its guarded
     # UPDATE skipped the row), then resumed, queued and run normally
     h = History().submit(1, [10]).pause(1, [(10, 0)]).queued(10, 0)
-    h.resume(1, [(10, 0)]).run(10, 0, 1, W1)
+    h.resume(1, [(10, 0)]).run(10, 0, 1, W1).finished(1, succeeded=1)
     # When it is checked
     found = violations(h, {10: ("succeeded", 1, 1)})
     # Then the phantom item_queued is the only violation (the walk does not take it as a change)
@@ -360,14 +363,14 @@ def test_real_store_cursor_gap_and_zombie_event_are_reported(engine: Engine, tmp
 # -- retry and prune (issue 22) ---------------------------------------------------------------------
 def _cancelled_then_retried() -> History:
     h = History().submit(1, [10, 11])
-    h.run(10, 0, 1, W1).cancel(1, [(11, 0)])
+    h.run(10, 0, 1, W1).cancel(1, [(11, 0)]).finished(1, "cancelled", cancelled=1, succeeded=1)
     h.add("item_retried", item=11, token=0, detail={"from": "cancelled", "state": "pending"})
     return h.add("job_retried", job=1, detail={"items": 1})
 
 
 def test_accepts_a_cancelled_job_retried_to_the_end() -> None:
     # Given a job cancelled with one item pending, then retried: the item runs with fresh attempts
-    h = _cancelled_then_retried().run(11, 0, 1, W2)
+    h = _cancelled_then_retried().run(11, 0, 1, W2).finished(1, succeeded=2)
     # When it is checked against a store where both items succeeded and the cancel was lifted
     found = violations(h, {10: ("succeeded", 1, 1), 11: ("succeeded", 1, 1)}, controls={1: None})
     # Then nothing is reported
@@ -392,3 +395,18 @@ def test_a_pruned_job_is_checked_from_its_history() -> None:
     # Then the finished one passes and the other is reported
     assert done == []
     one_of(unfinished, "item 11", "pruned while the item was 'pending'")
+
+
+def test_reports_a_missing_early_or_doubled_job_finished() -> None:
+    """Given three jobs: one whose items all ended without job_finished, one finished while an item
+    still ran, one finished twice (no retry between)
+    When the histories are checked
+    Then each is reported (issue 38: exactly one job_finished per finish, in its last item's commit)."""
+    h = History().submit(1, [10]).run(10, 0, 1, W1)
+    h.submit(2, [20, 21]).run(20, 0, 1, W1).finished(2, succeeded=1).run(21, 0, 1, W2)
+    h.submit(3, [30]).run(30, 0, 1, W1).finished(3, succeeded=1).finished(3, succeeded=1)
+    states = {i: ("succeeded", 1, 1) for i in (10, 20, 21, 30)}
+    found = violations(h, states)
+    one_of(found, "job 1", "no job_finished")
+    one_of(found, "job 2", "job_finished while items are")
+    one_of(found, "job 3", "job_finished written twice")

@@ -26,6 +26,7 @@ from store.engine import make_engine
 from store.errors import StaleLease
 from store.events import emit
 from store.fencing import fenced
+from store.job_end import touched
 from store.lanes import all_lanes, lane_spec
 from store.models import CANCEL, CANCELLED, PAUSE, PAUSED, PENDING, QUEUED, WAITING, Item
 from store.sweeper import revoke_expired
@@ -88,11 +89,14 @@ _CONTROLS = {
 def _open_control(engine: Engine, job: int, control: str | None) -> Session:
     """The user's cancel / pause / resume (control None) of ``job`` in flight: locks taken, no commit."""
     from_states, to, event, why, request = _CONTROLS[control]
-    s, row = store_control._control(engine, job)
+    action = {CANCEL: "cancel", PAUSE: "pause", None: "resume"}[control]
+    s, row = store_control._control(engine, job, action)  # refused unless it applies to the job
     row.control = control
     s.flush()
     n = store_control._set_items(s, job, from_states, to, event, why)
     emit(s, request, job_id=job, detail={"items": n})
+    if control == CANCEL:
+        touched(s, job)  # as store.control.cancel: with nothing running, the cancel finishes the job
     return s
 
 

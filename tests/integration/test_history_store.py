@@ -3,6 +3,8 @@ logged as a worker's mark would log them, through ``store.history.log_applied``)
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from store.clock import db_now
 from store.lanes import lane_spec
 from store.models import Intent, Item, Photo
 from store.submission import PhotoInput, submit
-from tests.support import make_files
+from tests.support import make_files, photojobs
 from tests.web_support import TOKEN
 
 A, B, C = "a" * 64, "b" * 64, "c" * 64
@@ -186,11 +188,12 @@ def test_prune_removes_kept_originals_past_the_retention_and_history_says_so(
 ) -> None:
     from photos import history as kept_files
     from photos.fileops import sha256_file
+    from photos.rootfs import Roots
 
     # Given an edit whose displaced original is kept in the root's history store
     (photo,) = make_files(tmp_path / "photos", 1)
     sha = sha256_file(photo)
-    kept = kept_files.keep(photo, sha, kept_files.store_for(tmp_path / "photos"))
+    kept = kept_files.keep(photo, sha, within=Roots([tmp_path / "photos"]))
     job, items = _job(engine, ["exif"], [photo])
     _applied(engine, items[("exif", photo.name)], "replace", str(photo), str(photo), sha, B,
              detail={"kept": str(kept)})  # fmt: skip
@@ -199,7 +202,7 @@ def test_prune_removes_kept_originals_past_the_retention_and_history_says_so(
     # and one kept for an edit that never landed (no effect, no live intent names it)
     other = tmp_path / "photos" / "other.jpg"
     other.write_bytes(b"another photo")
-    stray = kept_files.keep(other, sha256_file(other), kept_files.store_for(tmp_path / "photos"))
+    stray = kept_files.keep(other, sha256_file(other), within=Roots([tmp_path / "photos"]))
     # When prune runs within the retention, nothing goes; past it (here: none), both go
     assert client.prune_history("30d") == 0 and kept is not None and kept.exists()
     assert client.prune_history(0.0) == 2
@@ -210,3 +213,50 @@ def test_prune_removes_kept_originals_past_the_retention_and_history_says_so(
     assert entry["job"] == job and entry["original_kept"] is False
     with pytest.raises(ValueError):
         client.prune_history("soon")
+
+
+def test_a_long_history_is_read_in_pages_over_the_api_the_client_and_the_command(
+    http: TestClient, engine: Engine, redis_url: str, tmp_path: Path
+) -> None:
+    # Given a photo with 7 effects in its history
+    (photo,) = make_files(tmp_path / "photos", 1)
+    job, items = _job(engine, ["exif"], [photo])
+    effects = [_applied(engine, items[("exif", photo.name)], "replace", str(photo), str(photo), A, B)]
+    for _ in range(6):
+        _, more_items = _job(engine, ["exif"], [photo])
+        effects.append(
+            _applied(engine, more_items[("exif", photo.name)], "replace", str(photo), str(photo), A, B)
+        )
+    photo_id = http.get("/api/photos", params={"path": str(photo)}).json()["photo"]
+    # When the API is read 3 at a time, following each page's next
+    seen, after, pages = [], None, 0
+    while True:
+        params = {"limit": 3, **({"after": after} if after else {})}
+        page = http.get(f"/api/photos/{photo_id}/history", params=params)
+        assert page.status_code == 200, page.text
+        seen += [e["effect"] for e in page.json()["history"]]
+        pages, after = pages + 1, page.json()["next"]
+        if after is None:
+            break
+    # Then every effect comes once, oldest first, in pages of 3 at most, the last saying there is no more
+    assert seen == effects and pages == 3
+    # And limits outside 1..1000 are 4xx; a page's default is 100 entries
+    assert http.get(f"/api/photos/{photo_id}/history", params={"limit": 0}).status_code in (400, 422)
+    assert http.get(f"/api/photos/{photo_id}/history", params={"limit": 1001}).status_code in (400, 422)
+    assert http.get(f"/api/photos/{photo_id}/history").json()["next"] is None
+    # And the Client pages the same way
+    env = {"PHOTOJOBS_DATABASE_URL": str(engine.url), "PHOTOJOBS_REDIS_URL": redis_url}
+    client = Client(Settings.from_env(env), engine, migrate=False)
+    first = client.photo_history(photo_id, limit=5)
+    assert [e["effect"] for e in first["history"]] == effects[:5] and first["next"] == effects[4]
+    rest = client.photo_history(str(photo), limit=5, after=first["next"])
+    assert [e["effect"] for e in rest["history"]] == effects[5:] and rest["next"] is None
+    # And `photojobs history --limit` prints a page and how to see the next
+    shown = photojobs({**os.environ, **env}, "history", str(photo), "--limit", "4")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.count(" job ") == 4
+    # (each change on one line of its own, its hashes on it: never an escaped "\n" inside a line)
+    assert "\\n" not in shown.stdout and shown.stdout.count("  sha256 ") == 4
+    assert shown.stdout.strip().endswith(f"more: photojobs history {photo} --after {effects[3]} --limit 4")
+    last = photojobs({**os.environ, **env}, "history", str(photo), "--after", str(effects[3]), "--json")
+    assert [e["effect"] for e in json.loads(last.stdout)["history"]] == effects[4:]

@@ -342,7 +342,7 @@ def test_events_follow_commit_order_without_gaps(engine: Engine, tmp_path: Path)
     # (counted from the table itself, not from what the cursor reader returns)
     with Session(engine) as s:
         rows = s.execute(select(func.count()).select_from(Event)).scalar_one()
-    assert rows == 60 + 1 + 60 * 2  # created + submitted + claimed/succeeded
+    assert rows == 60 + 1 + 60 * 2 + 1  # created + submitted + claimed/succeeded + job_finished
     assert seen == list(range(1, rows + 1))
     everything = [e.cursor for e in read_events(engine, after=0, limit=100_000)]
     assert seen == everything

@@ -203,7 +203,11 @@ def _failed_after_landed_move(engine: Engine, photo: Path, target: Path) -> int:
     """A one-photo rename job whose item recorded a move of ``photo`` to ``target``, the move
     landed on disk, and the item then failed for good: a stopped item whose recorded intent (and
     the photo-lock rows it holds) the sweeper must settle. Its item id."""
-    job = store_jobs.submit(engine, [RENAME], [store_jobs.PhotoInput(str(photo), photo.stat().st_size)])
+    # The job's root is the photos' folder, as every submitted job's is (photojobs.api): the sweeper
+    # settles an intent from the disk only inside its job's roots (photos.rootfs.Roots).
+    job = store_jobs.submit(
+        engine, [RENAME], [store_jobs.PhotoInput(str(photo), photo.stat().st_size)], roots=[str(photo.parent)]
+    )
     item = _item(engine, job.job_id)
     lease = store_items.claim(engine, RENAME, item.id, item.fencing_token, "w").lease
     assert lease is not None and lease.holds_locks

@@ -16,6 +16,7 @@ from photojobs.config import Settings
 from photojobs.maintenance import (
     DispatchLane,
     EndAbandonedSubmissions,
+    ForgetIdempotencyKeys,
     ForgetWorkers,
     Maintenance,
     NumberEvents,
@@ -202,7 +203,7 @@ def test_one_failing_service_does_not_stop_the_others(engine: Engine, tmp_path: 
     assert report.sequenced > 0 and _unnumbered_events(engine) == 0
     assert report.workers_forgotten == 1
     assert all(svc.runs == 1 for svc in loop.services)
-    assert [s.failures for s in loop.services if s.name not in ("boom", "dispatch noop")] == [0] * 8
+    assert [s.failures for s in loop.services if s.name not in ("boom", "dispatch noop")] == [0] * 9
     assert _states(engine, job) == ["queued", "queued"]  # marked; the republish service resends them
 
 
@@ -244,6 +245,7 @@ def test_a_running_sweeper_runs_its_services_with_its_settings(env: dict[str, st
             "PHOTOJOBS_FORGET_WORKERS_AFTER": "99",
             "PHOTOJOBS_SUBMIT_ABANDONED": "77",
             "PHOTOJOBS_VACUUM_EVERY": "33",
+            "PHOTOJOBS_IDEMPOTENCY_KEEP": "55",
         }
     )
     sweeper = Sweeper(settings)
@@ -251,12 +253,15 @@ def test_a_running_sweeper_runs_its_services_with_its_settings(env: dict[str, st
     # Then its services are the nine duties in pass order, one dispatch per lane
     lanes = [f"dispatch {name}" for name in sweeper.specs]
     expected = ["revoke", "settle", "strays", "republish", *lanes, "events", "workers", "submissions"]
+    expected += ["keys"]
     expected.append("vacuum")
     assert [s.name for s in loop.services] == expected
     # And each carries its setting (the stray sweep its one-minute interval)
     republish, workers, strays = loop.service("republish"), loop.service("workers"), loop.service("strays")
     assert isinstance(republish, Republish) and republish.after == 7.0
     assert isinstance(workers, ForgetWorkers) and workers.after == 99.0
+    keys = loop.service("keys")
+    assert isinstance(keys, ForgetIdempotencyKeys) and (keys.keep, keys.interval) == (55.0, 600.0)
     assert isinstance(strays, RemoveStrayStaged) and (strays.interval, strays.grace) == (60.0, 300.0)
     submissions = loop.service("submissions")
     assert isinstance(submissions, EndAbandonedSubmissions)

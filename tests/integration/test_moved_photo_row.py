@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from photos import fileops
 from photos.recovery import link_staged
+from photos.rootfs import Roots
 from store import intents as store_intents
 from store import items as store_items
 from store import jobs as store_jobs
@@ -43,7 +44,7 @@ def _landed_move_then_edited(engine: Engine, tmp_path: Path) -> tuple[store_item
     job = _submit(engine, photo)
     lease = store_items.claim(engine, RENAME, _item(engine, job).id, 0, "doomed").lease
     assert lease is not None
-    staged = link_staged(photo, f"i{lease.item_id}-t{lease.token}")
+    staged = link_staged(photo, f"i{lease.item_id}-t{lease.token}", within=Roots([tmp_path]))
     assert staged is not None
     sha = fileops.sha256_file(photo)
     with fenced(engine, lease.item_id, lease.token) as s:

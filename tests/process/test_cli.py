@@ -31,10 +31,16 @@ def test_submit_status_events_and_control_speak_json(env: dict[str, str], tmp_pa
     lines = photojobs(env, "events", "--job", str(job["job"]), "--json").stdout.splitlines()
     # Then each speaks the documented shape
     assert job == {"job": job["job"], "items": 3, "skipped": {}, "left_out": []}
+    times = status.pop("times")  # the ETA's figures (issue 41): the work left, nothing measured yet
+    assert times["eta"] is None
+    assert times["work"] == {"noop": {"remaining": 3, "per_item": None, "concurrency": 0}}
     assert status == {
         "job": job["job"],
         "state": "running",
         "lanes": {"noop": {"pending": 3}},
+        # no worker runs: the status says so (store.waiting, issue 41)
+        "waiting": [{"lane": "noop", "reason": "no live worker", "items": 3, "workers": 0}],
+        "waiting_for": "no live worker",
         "failures": [],
     }
     assert "pause requested; 3 item(s) changed now; job is paused" in paused.stdout

@@ -1,4 +1,6 @@
-"""The photo lanes end to end with real workers: bad inputs, collisions, and a full pipeline."""
+"""The photo lanes end to end with real workers: bad inputs, collisions, and a full pipeline. The
+tests whose jobs need only healthy workers share a fleet of each store (tests/shared_fleet.py):
+two workers of three threads on every photo lane, held while a test submits."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from photojobs.testing.samples import generate_samples
 from photos.errors import InvalidParameter
 from photos.fileops import sha256_file
 from store.jobs import list_jobs
+from tests.shared_fleet import SharedFleet
 from tests.support import (
     AWS_TEST_ENV,
     Fleet,
@@ -32,10 +35,11 @@ from tests.support import (
 from .test_file_effects import all_files, store_paths_match_disk, temp_files
 from .test_lanes_and_locks import work_intervals
 
+LANES = ["analysis", "exif", "rename", "upload", "archive"]
 
-def test_bad_inputs_fail_clearly_and_the_rest_finish(
-    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
-) -> None:
+
+def test_bad_inputs_fail_clearly_and_the_rest_finish(shared_fleet: SharedFleet, tmp_path: Path) -> None:
+    engine = shared_fleet.engine
     # Given good photos, corrupt ones, a too-large image, unicode names, a file deleted after
     # submission, and eight photos taken in the same second by the same camera
     folder = tmp_path / "photos"
@@ -46,13 +50,11 @@ def test_bad_inputs_fail_clearly_and_the_rest_finish(
         shutil.copy(good[1], folder / f"burst {i}.jpg")
     shutil.copy(good[2], folder / "doomed.jpg")
     burst_sha = sha256_file(good[1])
-    client = Client(Settings.from_env(env))
     params = {"analysis.max_pixels": "4000000", "rename.pattern": "{taken:%Y%m%d_%H%M%S}_{camera}{ext}"}
-    job = client.submit(["analysis", "rename"], [folder], params).job_id
-    (folder / "doomed.jpg").unlink()
+    with shared_fleet.held(LANES, threads=3, workers=2) as client:
+        job = client.submit(["analysis", "rename"], [folder], params).job_id
+        (folder / "doomed.jpg").unlink()
     # When the job runs
-    fleet.start_sweeper()
-    fleet.start_worker(["analysis", "rename"], threads=2)
     wait_job_done(engine, job, 120)
     # Then each bad file failed in analysis with its own clear reason, naming the file
     with_paths = {i.id: i for i in items_of(engine, job)}
@@ -81,7 +83,7 @@ def test_bad_inputs_fail_clearly_and_the_rest_finish(
     stem = burst[0].rsplit(".", 1)[0]
     assert burst == sorted([f"{stem}.jpg"] + [f"{stem}_{n}.jpg" for n in range(1, 9)])
     assert temp_files(folder) == []
-    store_paths_match_disk(engine, deleted=frozenset({"doomed.jpg"}))
+    store_paths_match_disk(engine, deleted=frozenset({"doomed.jpg"}), under=tmp_path)
     client.engine.dispose()
 
 
@@ -102,19 +104,14 @@ def test_rename_pattern_escaping_the_root_is_refused_at_submission(
     client.engine.dispose()
 
 
-def test_full_pipeline_over_generated_photos(
-    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
-) -> None:
+def test_full_pipeline_over_generated_photos(shared_fleet: SharedFleet, tmp_path: Path) -> None:
+    engine = shared_fleet.engine
     # Given 150 realistic photos
     folder = tmp_path / "photos"
     generate_samples(folder, 150, seed=3, size=(640, 480))
-    client = Client(Settings.from_env(env))
-    lanes = ["analysis", "exif", "rename", "upload", "archive"]
     # When they go through analysis, exif, rename, upload and archive on two workers
-    job = client.submit(lanes, [folder], {"exif.keywords": "pipeline,test", "exif.rating": "5"}).job_id
-    fleet.start_sweeper()
-    fleet.start_worker(lanes, threads=3)
-    fleet.start_worker(lanes, threads=3)
+    with shared_fleet.held(LANES, threads=3, workers=2) as client:
+        job = client.submit(LANES, [folder], {"exif.keywords": "pipeline,test", "exif.rating": "5"}).job_id
     wait_job_done(engine, job, 300)
     # Then every item succeeded exactly once
     assert {i.state for i in items_of(engine, job)} == {"succeeded"}
@@ -126,24 +123,22 @@ def test_full_pipeline_over_generated_photos(
     assert len(archived) == 150 and all_files(folder) == []
     assert sorted(sha256_file(p) for p in archived) == sorted(sha256_file(p) for p in uploaded)
     assert temp_files(folder, Path(f"{folder}-archive"), Path(f"{folder}-uploads")) == []
-    store_paths_match_disk(engine)
+    store_paths_match_disk(engine, under=tmp_path)
     client.engine.dispose()
 
 
 @pytest.mark.parametrize("kind", ["zip", "tar"])
 def test_archive_bundle_holds_every_photo_with_a_verified_manifest(
-    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path, kind: str
+    shared_fleet: SharedFleet, tmp_path: Path, kind: str
 ) -> None:
+    engine = shared_fleet.engine
     # Given 12 photos (two corrupt) and, at the same time, an EXIF job on the same photos
     folder = tmp_path / "photos"
     made = generate_samples(folder, 10, seed=4, corrupt=2, size=(320, 240))
-    client = Client(Settings.from_env(env))
-    bundle_job = client.submit(["analysis", "archive"], [folder], {"archive.bundle": kind}).job_id
-    exif_job = client.submit(["exif"], [folder], {"exif.rating": "2"}).job_id
+    with shared_fleet.held(LANES, threads=3, workers=2) as client:
+        bundle_job = client.submit(["analysis", "archive"], [folder], {"archive.bundle": kind}).job_id
+        exif_job = client.submit(["exif"], [folder], {"exif.rating": "2"}).job_id
     # When both run on two workers
-    fleet.start_sweeper()
-    for _ in range(2):
-        fleet.start_worker(["analysis", "archive", "exif"], threads=2)
     for job in (bundle_job, exif_job):
         wait_job_done(engine, job, 120)
     # Then one bundle holds all twelve (the corrupt ones failed analysis, but an archive needs no

@@ -1,5 +1,6 @@
 """A photographer's job through real workers (issue 21): a time shift and a rename in one job name
-every photo after its shifted time, and an exif-only job leaves a file that does not decode as it was."""
+every photo after its shifted time, and an exif-only job leaves a file that does not decode as it was.
+The tests share a fleet of each store (tests/shared_fleet.py): healthy workers on ``LANES``."""
 
 from __future__ import annotations
 
@@ -9,18 +10,16 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from sqlalchemy import Engine
-
-from photojobs.api import Client
-from photojobs.config import Settings
 from photojobs.testing import samples
 from photos.exiftool import ExifTool
 from tests import clock_photos
-from tests.support import Fleet, item_states, items_of, run_job
+from tests.shared_fleet import SharedFleet
+from tests.support import item_states, items_of, run_job
 
 from .test_file_effects import all_files, store_paths_match_disk, temp_files
 
 PATTERN = "{taken:%Y-%m-%d_%H%M%S}_{stem}{ext}"
+LANES = ["analysis", "exif", "rename", "archive"]  # the shared workers' (each job runs some)
 
 
 def _original_time(path: Path) -> str:
@@ -29,8 +28,9 @@ def _original_time(path: Path) -> str:
 
 
 def test_shift_and_rename_in_one_job_name_every_photo_after_its_shifted_time(
-    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+    shared_fleet: SharedFleet, tmp_path: Path
 ) -> None:
+    engine = shared_fleet.engine
     # Given Pentax and Nikon photos taken late in the evening (a +1h shift moves them to the next
     # day) and in the morning, with XMP and IPTC clocks too
     folder = tmp_path / "photos"
@@ -43,9 +43,7 @@ def test_shift_and_rename_in_one_job_name_every_photo_after_its_shifted_time(
     for seed, (stem, (maker, taken)) in enumerate(times.items()):
         photo = clock_photos.camera_jpeg(folder / f"{stem}.jpg", maker, taken, seed=seed)
         clock_photos.add_xmp_and_iptc(photo, taken)
-    client = Client(Settings.from_env(env))
-    fleet.start_sweeper()
-    fleet.start_worker(["analysis", "exif", "rename"], threads=2)
+    client = shared_fleet.serve(LANES)
     # When one job analyses them, shifts them by +1h and renames them by capture time
     params = {"exif.shift": "+1h", "rename.pattern": PATTERN}
     job = run_job(client, engine, None, ["analysis", "exif", "rename"], folder, params)
@@ -69,20 +67,19 @@ def test_shift_and_rename_in_one_job_name_every_photo_after_its_shifted_time(
         "morning nikon.jpg": "2005-06-01",
     }
     assert temp_files(folder) == []
-    store_paths_match_disk(engine)
+    store_paths_match_disk(engine, under=tmp_path)
     client.engine.dispose()
 
 
 def test_shift_and_archive_in_one_job_file_the_photo_under_its_shifted_day(
-    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+    shared_fleet: SharedFleet, tmp_path: Path
 ) -> None:
+    engine = shared_fleet.engine
     # Given a Nikon photo taken on New Year's Eve, half a minute before midnight
     folder = tmp_path / "photos"
     photo = clock_photos.camera_jpeg(folder / "party.jpg", "nikon", "2004:12:31 23:59:30")
     clock_photos.add_xmp_and_iptc(photo, "2004:12:31 23:59:30")
-    client = Client(Settings.from_env(env))
-    fleet.start_sweeper()
-    fleet.start_worker(["analysis", "exif", "archive"], threads=2)
+    client = shared_fleet.serve(LANES)
     # When one job analyses it, shifts it by +1m and archives it into dated folders
     job = run_job(client, engine, None, ["analysis", "exif", "archive"], folder, {"exif.shift": "+1m"})
     assert item_states(engine, job) == {"succeeded": 3}, [(i.lane, i.error) for i in items_of(engine, job)]
@@ -94,8 +91,9 @@ def test_shift_and_archive_in_one_job_file_the_photo_under_its_shifted_day(
 
 
 def test_an_exif_only_job_leaves_a_file_that_does_not_decode_byte_identical(
-    engine: Engine, env: dict[str, str], fleet: Fleet, tmp_path: Path
+    shared_fleet: SharedFleet, tmp_path: Path
 ) -> None:
+    engine = shared_fleet.engine
     # Given a good photo and a JPEG whose structure exiftool accepts but whose Huffman table is
     # garbage (Pillow cannot decode it)
     folder = tmp_path / "photos"
@@ -110,9 +108,7 @@ def test_an_exif_only_job_leaves_a_file_that_does_not_decode_byte_identical(
     bad.write_bytes(bytes(data))
     sha = hashlib.sha256(bad.read_bytes()).hexdigest()
     mtime = bad.stat().st_mtime_ns
-    client = Client(Settings.from_env(env))
-    fleet.start_sweeper()
-    fleet.start_worker(["exif"], threads=2)
+    client = shared_fleet.serve(LANES)
     # When a job with only the exif lane writes keywords
     job = run_job(client, engine, None, ["exif"], folder, {"exif.keywords": "kw"})
     # Then the corrupt file fails with a clear error and is byte-identical, the good one is written

@@ -280,17 +280,17 @@ def test_an_undo_effect_killed_at_each_step_boundary_lands_exactly_once(
         )
     assert {wait_job(engine, job) for *_, job in rounds} == {"succeeded"}
     fleet.kill(helper)
-    # When each job is undone while a worker dies (SIGKILL) at that boundary (of whichever undo it
-    # runs), one worker after another
-    undos = []
-    for (lane, boundary), *_, job in rounds:
-        undos.append(client.undo(job)["job"])
-        doomed = fleet.start_worker(
-            ["exif", "rename"], threads=1, env={"PHOTOJOBS_FAILPOINTS": f"undo.{lane}.{boundary}"}
-        )
-        wait_for(
-            lambda p=doomed: p.poll() is not None, 120, what=f"a worker to die at undo.{lane}.{boundary}"
-        )
+    # When each job is undone while a worker dies (SIGKILL) at each boundary (of whichever undo it
+    # runs): the four rename boundaries' workers together, then the four exif ones (a worker runs
+    # other items until it dies at its own: only those of its lane are never finished meanwhile)
+    undos = [client.undo(job)["job"] for *_, job in rounds]
+    for phase in ("rename", "exif"):
+        doomed = {
+            point: fleet.start_worker(["exif", "rename"], threads=1, env={"PHOTOJOBS_FAILPOINTS": point})
+            for point in (f"undo.{lane}.{boundary}" for (lane, boundary), *_ in rounds if lane == phase)
+        }
+        for point, p in doomed.items():
+            wait_for(lambda p=p: p.poll() is not None, 120, what=f"a worker to die at {point}")
     # and then a healthy worker takes over
     fleet.start_worker(["exif", "rename"], threads=2)
     # Then every photo is back byte for byte, and each effect was undone exactly once

@@ -145,6 +145,9 @@ def test_the_dashboard_plots_what_an_operator_alerts_on() -> None:
     )
     # And the gauges a paused or stuck lane moves
     assert {"photojobs_oldest_pending_age_seconds", "photojobs_lane_paused"} <= names
+    # And what the on-call alerts watch (issue 41): the sweeper's age, worker restarts, failure ratio
+    assert {"photojobs_sweeper_last_pass_age_seconds", "photojobs_worker_restarts_total"} <= names
+    assert any("clamp_min(" in e and "photojobs_items_failed_total" in e for e in exprs)
     # And every counter is read through rate()/increase(), never plotted raw (it only grows)
     for e in exprs:
         for name in metric_names([e]):

@@ -165,7 +165,10 @@
     setLive(false);
     $("#login-title").focus();
   }
-  async function showMain() {
+  async function showMain(who) {
+    // A viewer (PHOTOJOBS_VIEWER_TOKEN) reads everything; the controls it may not use are hidden
+    // (the server refuses them anyway: 403 read_only).
+    document.body.dataset.role = (who && who.role) || "operator";
     $("#login").hidden = true; $("#main").hidden = false; $("#nav").hidden = false; $("#header-tools").hidden = false;
     connect();
     await route(false);
@@ -176,7 +179,7 @@
     try {
       await api("POST", "api/session", { token: $("#token").value });
       $("#token").value = "";
-      await showMain();
+      await showMain(await api("GET", "api/session"));
     } catch (e) { $("#login-error").textContent = e.message; }
   });
   $("#logout").addEventListener("click", async () => { try { await api("DELETE", "api/session"); } catch (e) { /* gone anyway */ } showLogin(); });
@@ -367,14 +370,31 @@
     return el("button", { type: "button", class: `act-${name}`, disabled: !enabled, onclick: (ev) => { ev.stopPropagation(); act(id, name, query, count); } },
       label || name[0].toUpperCase() + name.slice(1));
   }
+  // Why a job's items wait (store.waiting): one line per lane and reason.
+  function waitingLine(w) {
+    const n = `${w.items} item(s) of ${w.lane}`;
+    if (w.reason === "lane paused") return [`${n} held: lane ${w.lane} paused `, w.since ? timeEl(w.since) : "", " (Lanes page: resume it)"];
+    if (w.reason === "no live worker") return [`${n} wait: no live worker serves ${w.lane}`];
+    if (w.reason === "photo locked") return [`${n} wait: photo locked by job `, ...w.jobs.flatMap((j, i) => [i ? ", " : "", link(`#/jobs/${j}`, `#${j}`)])];
+    if (w.reason === "backoff") return [`${n} in backoff until `, timeEl(w.until)];
+    if (w.reason === "job paused") return [`${n} paused with the job`];
+    return [`${n}: ${w.reason}`];
+  }
+  function waitingBox(st) {
+    if (!st.waiting || !st.waiting.length) return null;
+    return el("ul", { class: "waiting", "aria-label": "why it waits" },
+      ...st.waiting.map((w) => el("li", { "data-reason": w.reason, "data-lane": w.lane, "data-items": String(w.items) }, ...waitingLine(w))));
+  }
+  function shownState(st) { return st.waiting_for ? `waiting (${st.waiting_for})` : st.state; }
   function jobCard(st, linked) {
     const id = st.job;
     const t = st.totals || {};
     const title = `#${id} ${st.lane_order.join(" → ")}`;
     const head = el("div", { class: "job-head" },
       linked ? link(`#/jobs/${id}`, title, "title") : el("span", { class: "title" }, title),
-      el("span", { class: `state ${st.state}` }, st.state),
+      el("span", { class: `state ${st.waiting_for ? "paused" : st.state}`, "data-shown": shownState(st) }, shownState(st)),
       st.created_at ? el("span", { class: "note" }, "created ", timeEl(st.created_at)) : null,
+      st.eta != null ? el("span", { class: "note eta", "data-eta": String(st.eta) }, `ETA ${duration(st.eta)}`) : null,
       el("div", { class: "actions" },
         action(id, "pause", st.state === "running"),
         action(id, "resume", st.state === "paused" || st.state === "pausing"),
@@ -382,7 +402,7 @@
         action(id, "retry", !!((t.failed || 0) + (t.cancelled || 0))),
         !linked && hist() ? hist().undoButton(id, st) : null));
     const lanes = st.lane_order.map((lane) => laneRow(lane, st.lanes[lane] || {}));
-    return el("div", { class: "job", "data-job": String(id), "data-state": st.state }, head, ...lanes);
+    return el("div", { class: "job", "data-job": String(id), "data-state": st.state }, head, waitingBox(st), ...lanes);
   }
   function renderJobs() {
     const box = $("#jobs");
@@ -465,7 +485,7 @@
   function fact(box, term, ...value) { box.append(el("dt", {}, term), el("dd", {}, ...value)); }
   function etaFact(box, times) {
     const rates = Object.entries(times.rates || {}).map(([l, r]) => `${l} ${r < 10 ? r.toFixed(2) : Math.round(r)}/s`).join(", ");
-    const text = times.eta == null ? "measuring… (shown once the lanes' rates are stable)" : `about ${duration(times.eta)}`;
+    const text = times.eta == null ? "measuring… (shown from 10 % of items, once each lane left has a run time and a live worker)" : `about ${duration(times.eta)}`;
     const dd = el("span", { id: "eta", "data-eta": times.eta == null ? "" : String(times.eta), "data-now": String(times.now) }, text);
     fact(box, "ETA", dd, rates ? el("span", { class: "note" }, ` (at ${rates})`) : null);
   }
@@ -751,8 +771,55 @@
     });
     $("#workers").replaceChildren(...cards);
     $("#no-workers").hidden = cards.length > 0;
+    loadWebhooks();
+  }
+  // each webhook target's job_finished delivery (GET api/webhooks): cursor, lag, counts, last answer
+  async function loadWebhooks() {
+    let r;
+    try { r = await api("GET", "api/webhooks"); } catch (e) { return; }
+    const rows = r.webhooks.map((h) => el("tr", { "data-target": h.target },
+      el("td", { class: "mono" }, h.host), el("td", {}, String(h.cursor)), el("td", {}, String(h.lag)),
+      el("td", {}, String(h.delivered)), el("td", {}, String(h.failures)),
+      el("td", {}, h.last_status != null ? String(h.last_status) : "–", h.last_error ? ` (${h.last_error})` : ""),
+      el("td", {}, h.attempts && h.next_attempt_at ? el("span", {}, `attempt ${h.attempts + 1} at `, timeEl(h.next_attempt_at)) : "–"),
+      el("td", {}, h.last_delivered_at ? timeEl(h.last_delivered_at) : "–")));
+    $("#webhooks").replaceChildren(...rows);
+    $("#webhooks-panel").hidden = rows.length === 0 && !r.configured;
   }
   setInterval(() => { if (!$("#main").hidden && current.view === "workers" && !offline) loadWorkers(); }, 2000);
+
+  // -- schedules: each one's cadence, command, last and next run, pause/resume ----------------------------------------
+  defineView({ name: "schedules", pattern: /^\/schedules$/, title: () => "schedules", load: () => loadSchedules() });
+  async function scheduleControl(name, verb) {
+    try {
+      const r = await api("POST", `api/schedules/${encodeURIComponent(name)}/${verb}`);
+      flash(r.changed ? `schedule ${name}: ${verb}d` : `schedule ${name} was already ${verb === "pause" ? "paused" : "running"}`, "note");
+    } catch (e) { report(e); }
+    await loadSchedules();
+  }
+  async function loadSchedules() {
+    let r;
+    try { r = await api("GET", "api/schedules"); } catch (e) { report(e); return; }
+    const cards = r.schedules.map((s) => {
+      const state = s.paused ? "paused" : s.running ? "running" : "waiting";
+      const cadence = s.every != null ? `every ${duration(s.every)}` : `cron ${s.cron}`;
+      const last = s.last_run
+        ? el("span", {}, "last run ", timeEl(s.last_run.at), s.last_run.job != null ? el("span", {}, " → ", link(`#/jobs/${s.last_run.job}`, `job #${s.last_run.job}`)) : " (nothing to do)")
+        : "never run";
+      return el("section", { class: "schedule panel", "data-schedule": s.name, "data-state": state, "data-runs": String(s.runs), "data-skipped": String(s.skipped), "aria-label": `schedule ${s.name}` },
+        el("div", { class: "job-head" }, el("h3", {}, s.name),
+          el("span", { class: `state ${s.paused ? "paused" : "running"}` }, state),
+          el("div", { class: "actions" },
+            el("button", { type: "button", class: "act-schedule-pause", disabled: !!s.paused, onclick: () => scheduleControl(s.name, "pause") }, "Pause"),
+            el("button", { type: "button", class: "act-schedule-resume", disabled: !s.paused, onclick: () => scheduleControl(s.name, "resume") }, "Resume"))),
+        el("p", { class: "mono" }, s.command.join(" ")),
+        el("p", { class: "note" }, `${cadence} · `, last, " · next ", timeEl(s.next_run), ` · ${s.runs} run(s), ${s.skipped} skipped`),
+        s.last_error ? el("p", { class: "note error" }, `last error: ${s.last_error}`) : null);
+    });
+    $("#schedules").replaceChildren(...cards);
+    $("#no-schedules").hidden = cards.length > 0;
+  }
+  setInterval(() => { if (!$("#main").hidden && current.view === "schedules" && !offline) loadSchedules(); }, 5000);
 
   // -- the event feed --------------------------------------------------------------------------------------------------
   defineView({

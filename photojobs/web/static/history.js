@@ -3,7 +3,7 @@
 "use strict";
 (function () {
   const KINDS = { "metadata edit": "edit", rename: "move", move: "move", archive: "move", upload: "copy",
-    "upload removed": "copy", "upload left in place": "copy", "file removed": "copy" };
+    "upload removed": "copy", "upload left in place": "copy", "file removed": "copy", restored: "edit" };
 
   const armed = new Set();  // jobs whose Undo was clicked once
   function c() { return window.photojobsConsole; }
@@ -37,9 +37,9 @@
       el("li", { "data-tag": tag }, `${tag}: ${value(b)} → ${value(a)}`)));
     return el("tr", { "data-effect": String(e.effect), "data-kind": KINDS[e.kind] || "other", "data-undone": e.undone_by == null ? "no" : "yes" },
       cell("when", timeEl(e.when)),
-      cell("job", el("a", { href: `#/jobs/${e.job}` }, `#${e.job}`)),
+      cell("job", e.job == null ? "found by sync" : el("a", { href: `#/jobs/${e.job}` }, `#${e.job}`)),
       cell("lane", e.lane),
-      cell("what", e.kind + (e.sidecar ? " (sidecar)" : "")),
+      cell("what", e.kind + (e.sidecar ? " (sidecar)" : "") + (e.undoes_job != null ? ` (undo of job ${e.undoes_job})` : "")),
       cell("from → to", where),
       cell("sha256", el("span", { title: `${e.before_sha256 || "nothing"} → ${e.after_sha256 || "nothing"}` },
         `${short(e.before_sha256)} → ${short(e.after_sha256)}`)),

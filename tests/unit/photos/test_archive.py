@@ -20,6 +20,7 @@ from photos.archive import (
     verify_bundle,
 )
 from photos.errors import InvalidParameter, PhotoError
+from photos.rootfs import Roots
 
 Members = list[tuple[Path, str]]
 
@@ -84,7 +85,7 @@ def test_bundle_round_trip_with_manifest(tmp_path: Path, photos: list[tuple[Path
     # Given three photos and a staged output path
     out = tmp_path / f".bundle.{kind}.pj-x.tmp"
     # When a bundle is built
-    manifest = build_bundle(photos, out, kind)
+    manifest = build_bundle(photos, out, kind, within=Roots([tmp_path]))
     # Then the manifest lists each member with its real hash, size and original path
     assert manifest["kind"] == kind
     assert [m["arcname"] for m in manifest["members"]] == [arc for _, arc in photos]
@@ -119,7 +120,7 @@ def _flip_byte_of(path: Path, needle: bytes) -> None:
 def test_tampered_member_data_is_detected(tmp_path: Path, photos: list[tuple[Path, str]], kind: str) -> None:
     # Given a verified bundle
     out = tmp_path / f"b.{kind}"
-    manifest = build_bundle(photos, out, kind)
+    manifest = build_bundle(photos, out, kind, within=Roots([tmp_path]))
     # When one byte of a member's data is changed in place
     _flip_byte_of(out, photos[2][0].read_bytes()[5000:5064])
     # Then verification fails naming the bundle (tar: hash mismatch; zip: its CRC or our hash)
@@ -134,10 +135,10 @@ def test_tampered_member_data_is_detected(tmp_path: Path, photos: list[tuple[Pat
 def test_bundle_with_swapped_content_is_detected(tmp_path: Path, photos: Members, kind: str) -> None:
     # Given the manifest of one bundle
     out = tmp_path / f"b.{kind}"
-    manifest = build_bundle(photos, out, kind)
+    manifest = build_bundle(photos, out, kind, within=Roots([tmp_path]))
     # When the bundle is rebuilt with different bytes for one member (same names)
     photos[0][0].write_bytes(b"other bytes")
-    build_bundle(photos, out, kind)
+    build_bundle(photos, out, kind, within=Roots([tmp_path]))
     # Then verifying it against the first manifest fails
     with pytest.raises(PhotoError) as caught:
         verify_bundle(out, manifest)
@@ -148,7 +149,7 @@ def test_bundle_with_swapped_content_is_detected(tmp_path: Path, photos: Members
 def test_manifest_tampering_with_hash_is_detected(tmp_path: Path, photos: Members, kind: str) -> None:
     # Given a bundle and a manifest whose recorded hash was changed
     out = tmp_path / f"b.{kind}"
-    manifest = build_bundle(photos, out, kind)
+    manifest = build_bundle(photos, out, kind, within=Roots([tmp_path]))
     manifest["members"][0]["sha256"] = "0" * 64
     # When verified / Then refused
     with pytest.raises(PhotoError):
@@ -157,7 +158,7 @@ def test_manifest_tampering_with_hash_is_detected(tmp_path: Path, photos: Member
 
 def test_truncated_bundle_is_reported_as_corrupt(tmp_path: Path, photos: list[tuple[Path, str]]) -> None:
     out = tmp_path / "b.zip"
-    manifest = build_bundle(photos, out, "zip")
+    manifest = build_bundle(photos, out, "zip", within=Roots([tmp_path]))
     out.write_bytes(out.read_bytes()[:-200])
     with pytest.raises(PhotoError) as caught:
         verify_bundle(out, manifest)
@@ -170,7 +171,7 @@ def test_missing_member_fails_and_leaves_no_partial_bundle(tmp_path: Path, photo
     out = tmp_path / "b.tar"
     # When bundling
     with pytest.raises(PhotoError) as caught:
-        build_bundle([*photos, (missing, "gone.jpg")], out, "tar")
+        build_bundle([*photos, (missing, "gone.jpg")], out, "tar", within=Roots([tmp_path]))
     # Then the error names the file and no output is left
     assert str(missing) in str(caught.value)
     assert not out.exists()
@@ -184,13 +185,13 @@ def test_bad_member_names_are_refused(tmp_path: Path, photos: list[tuple[Path, s
                                       expected: str) -> None:
     members = [(photos[0][0], "dup.jpg"), (photos[1][0], arcname)]
     with pytest.raises(InvalidParameter) as caught:
-        build_bundle(members, tmp_path / "b.zip", "zip")
+        build_bundle(members, tmp_path / "b.zip", "zip", within=Roots([tmp_path]))
     assert expected in str(caught.value)
 
 
 def test_kind_none_builds_nothing(tmp_path: Path, photos: list[tuple[Path, str]]) -> None:
     with pytest.raises(InvalidParameter):
-        build_bundle(photos, tmp_path / "b", "none")
+        build_bundle(photos, tmp_path / "b", "none", within=Roots([tmp_path]))
     assert not (tmp_path / "b").exists()
 
 
@@ -199,4 +200,4 @@ def test_existing_staged_file_is_replaced(tmp_path: Path, photos: list[tuple[Pat
     out = tmp_path / ".b.zip.pj-1.tmp"
     out.write_bytes(b"stale garbage" * 1000)
     # When the bundle is built again / Then it is complete and valid
-    verify_bundle(out, build_bundle(photos, out, "zip"))
+    verify_bundle(out, build_bundle(photos, out, "zip", within=Roots([tmp_path])))

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from photojobs.testing.samples import generate_samples
-from photos import containment, exiftool, recovery
+from photos import containment, exiftool, recovery, rootfs
 from photos.analyze import analyze
 from photos.containment import pin_inside
 from photos.errors import OutsideRoot, PhotoError
@@ -95,7 +95,8 @@ def test_a_hard_link_made_from_the_pin_after_a_swap_is_the_checked_file_not_the_
         swap(photo, outside)
         # When the pinned file is hard-linked to a new name (what a move's staged link is)
         staged = root / ".p.jpg.pj-test.tmp"
-        pinned.link(staged)
+        with rootfs.open_root(root) as opened:
+            rootfs.link_open_file(pinned.fd, opened, staged.name)
     # Then that name is the checked file itself: a regular file with the photo's bytes
     assert not staged.is_symlink()
     assert staged.read_bytes() == original
@@ -133,12 +134,12 @@ def test_recovery_never_hashes_what_a_symlink_points_to(scene: tuple[Path, Path,
     swap(photo, outside)
     # When recovery asks what content is at that name
     # Then there is none: the outside file is not read
-    assert recovery.content_of(photo) is None
+    assert recovery.content_of(photo, within=rootfs.Roots([_root])) is None
     # And a moved source that is such a symlink now is not dropped on the strength of what it
     # points to (the move's target holding the same bytes as the outside file)
     target = photo.parent / "moved.jpg"
     target.write_bytes(outside.read_bytes())
-    recovery.drop_moved_source(str(photo), str(target), sha(outside))
+    recovery.drop_moved_source(str(photo), str(target), sha(outside), within=rootfs.Roots([_root]))
     assert photo.is_symlink()
 
 

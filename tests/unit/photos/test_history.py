@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from photos import history
+from photos import history, rootfs
 from photos.errors import PhotoError
 from photos.exiftool import ExifTool
 from photos.fileops import sha256_file
+from photos.rootfs import Roots
 from tests.support import IN_CI
 
 
@@ -28,18 +29,19 @@ def test_a_displaced_original_is_kept_as_a_hard_link_costing_no_copy(tmp_path: P
     photo = _photo(tmp_path / "photos" / "a.jpg")
     sha = sha256_file(photo)
     store = history.store_for(tmp_path / "photos")
+    fs = Roots([tmp_path / "photos"])
     # When it is kept, then replaced
-    kept = history.keep(photo, sha, store)
+    kept = history.keep(photo, sha, within=fs)
     assert kept is not None and kept.stat().st_ino == photo.stat().st_ino
     staged = tmp_path / "photos" / ".a.jpg.pj-x.tmp"
     staged.write_bytes(b"edited")
     os.replace(staged, photo)
     # Then the kept file is the displaced inode itself (a link made before the replace), intact
     assert kept is not None and kept == store / sha[:2] / sha
-    assert kept.stat().st_nlink == 1 and history.kept_file(str(kept), sha) == kept
+    assert kept.stat().st_nlink == 1 and history.kept_file(str(kept), sha, within=fs) == kept
     assert sha256_file(kept) == sha
     # and keeping the same content again reuses it
-    assert history.keep(kept, sha, store) == kept
+    assert history.keep(kept, sha, within=fs) == kept
 
 
 def test_across_filesystems_the_original_is_copied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -49,8 +51,8 @@ def test_across_filesystems_the_original_is_copied(tmp_path: Path, monkeypatch: 
     def no_link(*args: object, **kwargs: object) -> None:
         raise OSError(errno.EXDEV, "cross-device link")
 
-    monkeypatch.setattr(history.os, "link", no_link)
-    kept = history.keep(photo, sha, history.store_for(tmp_path / "photos"))
+    monkeypatch.setattr(rootfs, "_link", no_link)
+    kept = history.keep(photo, sha, within=Roots([tmp_path / "photos"]))
     assert kept is not None and sha256_file(kept) == sha
     assert not os.path.samefile(kept, photo)
 
@@ -59,7 +61,7 @@ def test_a_file_that_is_not_the_planned_content_is_never_kept(tmp_path: Path) ->
     photo = _photo(tmp_path / "photos" / "a.jpg")
     wrong = "0" * 64
     store = history.store_for(tmp_path / "photos")
-    assert history.keep(photo, wrong, store) is None
+    assert history.keep(photo, wrong, within=Roots([tmp_path / "photos"])) is None
     assert not (store / wrong[:2] / wrong).exists()
     assert [p for p in store.rglob("*") if p.is_file()] == []  # no staged link left behind
 
@@ -67,16 +69,17 @@ def test_a_file_that_is_not_the_planned_content_is_never_kept(tmp_path: Path) ->
 def test_a_kept_original_is_verified_before_use(tmp_path: Path) -> None:
     photo = _photo(tmp_path / "photos" / "a.jpg")
     sha = sha256_file(photo)
-    kept = history.keep(photo, sha, history.store_for(tmp_path / "photos"))
+    fs = Roots([tmp_path / "photos"])
+    kept = history.keep(photo, sha, within=fs)
     assert kept is not None
     with pytest.raises(PhotoError, match="not kept"):
-        history.kept_file(None, sha)
+        history.kept_file(None, sha, within=fs)
     with pytest.raises(PhotoError, match="no longer holds"):
         kept.write_bytes(b"tampered")
-        history.kept_file(str(kept), sha)
+        history.kept_file(str(kept), sha, within=fs)
     kept.unlink()
     with pytest.raises(PhotoError, match="is gone"):
-        history.kept_file(str(kept), sha)
+        history.kept_file(str(kept), sha, within=fs)
     with pytest.raises(ValueError, match="not a SHA-256"):
         history.blob_path(tmp_path, "../../etc/passwd")
 
@@ -98,8 +101,7 @@ def test_tag_changes_name_each_changed_tag_as_exiftool_does(tmp_path: Path) -> N
 
 def test_prune_removes_only_kept_files(tmp_path: Path) -> None:
     photo = _photo(tmp_path / "photos" / "a.jpg")
-    store = history.store_for(tmp_path / "photos")
-    kept = history.keep(photo, sha256_file(photo), store)
+    kept = history.keep(photo, sha256_file(photo), within=Roots([tmp_path / "photos"]))
     assert kept is not None
     assert history.prune([str(photo)], keep_paths=set()) == []  # not in a history store: never
     assert history.prune([str(kept)], keep_paths={str(kept)}) == []
