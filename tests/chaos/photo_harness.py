@@ -152,6 +152,9 @@ MINIMUM_PER_MINUTE = {
     # photos dropped into the watched folder (issue 38)
     "drop": 2,
 }
+#: A short run that has not proven its minimums by its length goes on dealing faults, up to this
+#: many times its length.
+UNPROVEN_LIMIT = 3.0
 LONG_RUN_ITEMS = 1000  # a run of 5 minutes or more handles at least this many items
 
 
@@ -965,6 +968,7 @@ class PhotoChaosRun(ChaosRun):
             self.start_worker()
         self.start_watcher()
         self.start_schedule()
+        self.await_first_claim()
         # One of each of these in the first half of the run, whatever the dice say (the short run can
         # then end once it has seen its minimums; the random faults go on all along)
         for fault in (
@@ -976,12 +980,28 @@ class PhotoChaosRun(ChaosRun):
         self.note(f"started {WORKERS} workers x {THREADS} threads (lanes {LANES}), 1 sweeper")
         threading.Thread(target=self._freeze_watcher, name="freeze-watcher", daemon=True).start()
 
+    def await_first_claim(self, timeout: float = 180.0) -> None:
+        """The run's clock starts once a worker has claimed an item: the forced faults are dealt in
+        its first half, and under a loaded machine (the suite's heaviest tests start together) the
+        fleet's boot took most of it — a FLUSHALL before the first claim republished the first wave
+        alone, and a short run then never saw a batch message claimed (CI, 2026-12-07)."""
+        assert self.tail is not None
+        deadline = time.monotonic() + timeout
+        while not any(e.type == "item_claimed" for e in list(self.tail.seen)):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no item claimed within {timeout:.0f} s of the fleet's start")
+            time.sleep(0.1)
+        self.note("first claim seen: the run's clock starts")
+        self.t0 = time.monotonic()
+
     def chaos(self, proven: Callable[[], bool] | None = None) -> None:
-        """Deal faults for the run's length, or until ``proven()`` says the run has seen enough
-        (asked every 2 s)."""
+        """Deal faults for the run's length; with ``proven``, until ``proven()`` says the run has seen
+        enough (asked every 2 s) — beyond the run's length if it has not yet (a loaded machine deals
+        fewer faults a second: CI's short runs ended one forced undo or one drop short), up to
+        ``UNPROVEN_LIMIT`` times the length, after which the minimums' check names what is missing."""
         names = [a for a, _ in self.PHOTO_ACTIONS]
         weights = [w for _, w in self.PHOTO_ACTIONS]
-        end = self.t0 + self.seconds
+        end = self.t0 + self.seconds * (UNPROVEN_LIMIT if proven is not None else 1)
         look = time.monotonic() + 2.0
         while time.monotonic() < end:
             if proven is not None and time.monotonic() >= look:

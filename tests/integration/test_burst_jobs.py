@@ -127,6 +127,49 @@ def test_a_burst_job_whose_names_were_freed_and_reused_is_undone_with_no_retry(
     assert states == {"succeeded"}
 
 
+def test_two_shots_moving_back_into_one_freed_name_at_once_wait_for_each_other_instead_of_failing(
+    engine: Engine, client: Client, tmp_path: Path, on_failpoint: dict[str, Callable[[], None]]
+) -> None:
+    # Given two shots of one burst, shifted, renamed and archived photo by photo (each took the
+    # name the other's archive had freed), and the job's undo
+    folder = tmp_path / "card"
+    bursts(folder, 2, size=2)
+    originals = tree(folder)
+    job = client.submit(["exif", "rename", "archive"], [folder], PARAMS).job_id
+    renamed = run_photo_by_photo(engine, job, ["IMG_0.jpg", "IMG_1.jpg"], ["exif", "rename", "archive"])
+    assert len(set(renamed)) == 1, renamed
+    undo = client.undo(job)
+    items = {(i.lane, i.photo_id): i for i in _items(engine, undo["job"])}
+    photos = sorted({p for _, p in items})
+    # When the first shot's archive undo has looked at the freed name and staged its move back, and
+    # the second shot's archive undo moves into that name before the first one's move lands (two
+    # workers racing: the look and the move are not one step)
+    raced: dict[str, Any] = {}
+    on_failpoint["undo.archive.after_stage"] = lambda: raced.update(
+        second=run_item(engine, fresh(engine, items["archive", photos[1]]))
+    )
+    first = run_item(engine, fresh(engine, items["archive", photos[0]]), fail_refused=True)
+    # Then the first, finding the name now named by the second's row when it records its move
+    # (``TargetTaken``), waits for the second's own undo to move it away (deferred, not refused),
+    # and the undo ends whole: every shot back at its name, byte for byte, no item failed
+    assert raced["second"].get("undone") == 1, raced
+    assert "deferred" in first, first
+    outcomes = run_all(engine, undo["job"], lambda pending: sorted(pending, key=lambda i: i.id))
+    assert [o for o in outcomes if isinstance(o, PhotoError)] == []
+    assert tree(folder) == originals
+    with Session(engine) as s:
+        states = set(s.execute(select(Item.state).where(Item.job_id == undo["job"])).scalars())
+    assert states == {"succeeded"}
+
+
+def _items(engine: Engine, job: int) -> list[Item]:
+    with Session(engine) as s:
+        rows = list(s.execute(select(Item).where(Item.job_id == job)).scalars())
+        for r in rows:
+            s.expunge(r)
+    return rows
+
+
 @pytest.fixture(autouse=True)
 def _needs_exiftool() -> None:
     if subprocess.run(["which", "exiftool"], capture_output=True).returncode != 0:
