@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 from store import lockdep
 from store.engine import make_engine
 from store.schema import upgrade
-from tests import fresh_stores
+from tests import fresh_stores, store_split
 from tests.fresh_stores import PgDatabases
 from tests.shared_fleet import SharedFleet
 from tests.support import XDIST_WORKER, Fleet, RedisServer, unavailable
@@ -33,6 +33,13 @@ if os.path.isfile(os.path.join(sys.prefix, "bin", "exiftool")):
 PG_ADMIN = os.environ.get("PHOTOJOBS_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 # One template per pytest process: each xdist worker (gw0, gw1, ...) migrates and drops its own.
 TEMPLATE = f"pj_template_{XDIST_WORKER}_{os.getpid()}"
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m "not slow"`` deselects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A process test runs on one store in ``make test``, the other in ``make chaos``
+    (``tests/store_split.py``)."""
+    store_split.split(items)
 
 
 def _pg_available() -> str | None:
