@@ -36,16 +36,19 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import urllib3
-from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
-from apscheduler.schedulers.base import BaseScheduler
 from sqlalchemy import Engine
 
 from photojobs.errors import ConfigError
 from store import webhooks as state
 
 if TYPE_CHECKING:
+    from apscheduler.schedulers.base import BaseScheduler
+
     from photojobs.config import Settings
+
+# urllib3 and APScheduler are imported where a delivery or the sweeper's duty needs them: every
+# process reads its settings through ``webhook_config`` (photojobs.config), and a worker, CLI or
+# server process that delivers nothing paid ~0.1 s of CPU for them at each start.
 
 log = logging.getLogger("photojobs.webhooks")
 
@@ -58,7 +61,7 @@ BACKOFF_BASE = 1.0
 BACKOFF_MAX = 300.0
 LEASE_MIN = 10.0  # a deliverer holds a target max(10 s, 10 runs) unrenewed (each run and delivery renews)
 BATCH = 100  # events delivered per run at most
-TIMEOUT = urllib3.Timeout(connect=3.0, read=5.0)
+TIMEOUT = (3.0, 5.0)  # connect, read (seconds)
 
 
 @dataclass(frozen=True)
@@ -157,7 +160,14 @@ class WebhookDuty:
         self.config = config
         self.lease = lease
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.http = urllib3.PoolManager(retries=False, timeout=TIMEOUT, num_pools=1, maxsize=1)
+        import urllib3
+
+        self.http = urllib3.PoolManager(
+            retries=False,
+            timeout=urllib3.Timeout(connect=TIMEOUT[0], read=TIMEOUT[1]),
+            num_pools=1,
+            maxsize=1,
+        )
         self.delivered = 0
         self.failed = 0
         self._ensured = False
@@ -203,6 +213,8 @@ class WebhookDuty:
         return sent
 
     def post(self, body: Mapping[str, object]) -> Outcome:
+        import urllib3
+
         raw = encode(body)
         headers = {
             "Content-Type": "application/json",
@@ -265,6 +277,8 @@ def schedule(scheduler: BaseScheduler, engine: Engine, settings: Settings) -> We
         id="photojobs-webhooks",
         next_run_time=datetime.now(UTC),
     )
+    from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
+
     scheduler.add_listener(lambda _event: duty.release(), EVENT_SCHEDULER_SHUTDOWN)
     log.info("webhooks: job_finished is delivered to %s", config.host)
     return duty
