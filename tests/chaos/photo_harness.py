@@ -60,6 +60,7 @@ from photojobs.testing.samples import generate_samples, make_png
 from photos.fileops import sha256_file
 from photos.params import validate_params
 from store import schedules as store_schedules
+from store.control import ControlBusy
 from store.jobs import PhotoInput
 from store.lanes import PHOTO_LANES
 from store.models import Item, Job, JobEnd, Photo
@@ -155,6 +156,10 @@ MINIMUM_PER_MINUTE = {
 #: A short run that has not proven its minimums by its length goes on dealing faults, up to this
 #: many times its length.
 UNPROVEN_LIMIT = 3.0
+#: A job control answered ControlBusy (a frozen holder's transaction) is tried again this many times,
+#: BUSY_WAIT apart (the store ends such a transaction within the lease TTL, 2 s here).
+BUSY_TRIES = 8
+BUSY_WAIT = 1.0
 LONG_RUN_ITEMS = 1000  # a run of 5 minutes or more handles at least this many items
 
 
@@ -565,13 +570,28 @@ class PhotoChaosRun(ChaosRun):
 
     # -- job controls: an error (a deadlock between cancel and a bundle release) is a finding -------
     def _control(self, what: str, job: ChaosJob, why: str) -> None:
-        for attempt in (1, 2, 3):
+        busy = 0
+        for attempt in range(1, 4 + BUSY_TRIES):
             try:
                 getattr(super(), what)(job, why)
                 return
+            except ControlBusy:
+                # A holder frozen inside a transaction keeps the job's rows locked until the store
+                # ends that transaction (its idle timeout, under a lease TTL): the control answers
+                # "busy, nothing changed, try again" instead of hanging — as designed, not a finding,
+                # unless it stays busy longer than the store promises.
+                busy += 1
+                self.actions[f"{what}_busy"] += 1
+                self.note(f"{what} job {job.id} busy (attempt {attempt}): tried again in {BUSY_WAIT:g} s")
+                if busy >= BUSY_TRIES:
+                    self.findings.append(f"{what} of job {job.id} stayed ControlBusy for {busy} tries")
+                    break
+                time.sleep(BUSY_WAIT)
             except Exception as exc:  # noqa: BLE001 - reported, then tried again
                 self.findings.append(f"{what} of job {job.id} raised {type(exc).__name__}: {str(exc)[:300]}")
                 self.note(f"{what} job {job.id} failed (attempt {attempt}): {type(exc).__name__}")
+                if attempt - busy >= 3:
+                    break
         if what == "cancel":  # the run must still end: note the cancel as wanted
             job.cancelled = True
 
@@ -972,7 +992,8 @@ class PhotoChaosRun(ChaosRun):
         # One of each of these in the first half of the run, whatever the dice say (the short run can
         # then end once it has seen its minimums; the random faults go on all along)
         for fault in (
-            "kill_holder", "freeze_holder_long", "flushall", "sweeper", "pause", "cancel", "undo", "drop",
+            "kill_holder", "freeze_holder_long", "flushall", "sweeper", "pause", "cancel", "undo",
+            *["drop"] * minimums(self.seconds)["drop"],
         ):  # fmt: skip
             self.forced.append((self.rng.uniform(0.1, 0.5) * self.seconds, fault))
         for _ in range(3):  # photos for the schedule's folder at random moments
