@@ -172,12 +172,36 @@ def submit(
 @cli.command()
 @click.argument("job", type=int, required=False)
 @click.option("--json", "as_json", is_flag=True)
-def status(job: int | None, as_json: bool) -> None:
+@click.option(
+    "--watch", is_flag=True, help="Again every --interval when it changed, until the job has finished."
+)
+@click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(0.1, 3600.0),
+              help="Seconds between looks with --watch.")  # fmt: skip
+def status(job: int | None, as_json: bool, watch: bool, interval: float) -> None:
     """Job state, per-lane counts of items by state, and failures grouped by reason class with counts
-    and example items (the newest job if JOB is omitted)."""
-    from photojobs.progress import failure_lines, times_line, waiting_lines
+    and example items (the newest job if JOB is omitted). With --watch: again every --interval
+    seconds when it changed (one JSON object a line with --json), ending once the job has finished."""
+    from store.control import FINISHED_STATES
 
     client = _client(existing=True)
+    shown = None
+    while True:
+        lines, state, job = _status_lines(client, job, as_json)
+        if lines != shown:
+            if watch and shown is not None and not as_json:
+                echo(f"-- {time.strftime('%H:%M:%S')}")
+            for line in lines:
+                echo(line)
+            shown = lines
+        if not watch or state in FINISHED_STATES:
+            return
+        time.sleep(interval)
+
+
+def _status_lines(client: Any, job: int | None, as_json: bool) -> tuple[list[str], str, int]:
+    """``status``'s output for ``job`` (the newest when None): its lines, the job's state, its id."""
+    from photojobs.progress import failure_lines, times_line, waiting_lines
+
     try:
         st = client.status(job)
         failures = [g.as_dict() for g in client.failures(st.job_id)]
@@ -188,30 +212,31 @@ def status(job: int | None, as_json: bool) -> None:
         out = {"job": st.job_id, "state": st.state, "lanes": st.lanes}
         out |= {"submission": st.submission} if st.submission else {}
         out |= {"waiting": st.waiting or [], "waiting_for": st.waiting_for, "times": times}
-        echo(json.dumps(out | {"failures": failures}))
-        return
-    echo(f"job {st.job_id}: {st.shown_state()}" + (f" (control: {st.control})" if st.control else ""))
-    echo(f"  {times_line(times)}")
+        return [json.dumps(out | {"failures": failures})], st.state, st.job_id
+    lines = [f"job {st.job_id}: {st.shown_state()}" + (f" (control: {st.control})" if st.control else "")]
+    add = lines.append  # --watch compares them before anything is shown
+    add(f"  {times_line(times)}")
     if st.submission:  # its photos are still landing, or its submitter died half-way
         sub = st.submission
-        echo(
+        add(
             f"  submission: {sub['landed']} of {sub['photos']} photo(s) written, last chunk "
             f"{sub['idle']:.0f} s ago; nothing runs until it completes (cancel it if its submitter died)"
         )
     for lane in st.lane_order:
         counts = st.lanes.get(lane, {})
         parts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-        echo(f"  {lane:9} {parts}")
+        add(f"  {lane:9} {parts}")
     if st.waiting:
-        echo("  why waiting:")
+        add("  why waiting:")
         for line in waiting_lines(st.waiting):
-            echo(f"    {line}")
+            add(f"    {line}")
     from photojobs.cli_web import STATE_META
 
     state_dir = click.get_current_context().meta.get(STATE_META)  # kept in the closing hint
     where = f" --state-dir {shlex.quote(str(state_dir))}" if state_dir is not None else ""
     for line in failure_lines(st.job_id, failures, where):
-        echo(f"  {line}")
+        add(f"  {line}")
+    return lines, st.state, st.job_id
 
 
 def _format_event(e: dict[str, Any]) -> str:
@@ -531,6 +556,7 @@ def lane_list(as_json: bool) -> None:
 
 
 from photojobs.cli_history import register as _register_history  # noqa: E402
+from photojobs.cli_ops import register as _register_ops  # noqa: E402
 from photojobs.cli_schedule import register as _register_schedule  # noqa: E402
 from photojobs.cli_sync import register as _register_sync  # noqa: E402
 from photojobs.cli_web import register as _register_web  # noqa: E402 - after the commands above
@@ -538,6 +564,7 @@ from photojobs.cli_web import register as _register_web  # noqa: E402 - after th
 _register_history(cli)
 _register_sync(cli)
 _register_schedule(cli)
+_register_ops(cli)
 
 _register_web(cli)
 
