@@ -25,6 +25,7 @@ the job left, or its old path is taken); the job's other photos are undone (the 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,10 @@ def _wait_for_leaving(ctx: ItemContext, job: int, path: str) -> None:
     holder = log.leaving_occupant(ctx.engine, ctx.lease.job_id, job, path, ctx.lease.photo_id or 0)
     if holder is not None:
         raise Deferred(f"{path} is held by photo {holder} until its own undo in this job moves it", DEFER)
+    if not os.path.lexists(path) and not log.name_held(ctx.engine, path):
+        # The photo that held it has just left (its own undo settled between the caller's look
+        # and this one, two workers racing on PostgreSQL): the name is free, try again.
+        raise Deferred(f"{path} was freed meanwhile", DEFER)
 
 
 # -- reversing ------------------------------------------------------------------------------------
@@ -135,6 +140,12 @@ def _reverse(ctx: ItemContext, effects: FileEffects, unit: list[Effect]) -> list
             for i, q in zip(intents[len(done) :], plans[len(done) :], strict=True):
                 effects.discard(i, q["kind"], q["staged"], q["target"], "old path taken meanwhile",
                                 source=q["source"], companion=q["companion"])  # fmt: skip
+            # Another photo of this undo moved into the freed name while this one recorded its move
+            # (PostgreSQL, read committed: the record's look at the photos' rows ran before that
+            # photo's move committed, and its insert waited for it): the photo there will leave the
+            # name once its own undo runs — wait for it, as the record's check would have a moment
+            # later. A file no photo of this undo will move away still refuses the photo.
+            _wait_for_leaving(ctx, r.job_id, str(p["target"]))
             raise PhotoError(
                 p["target"], f"changed since: {p['target']} was taken meanwhile; not moved back"
             ) from None

@@ -309,7 +309,19 @@ def leaving_occupant(engine: Engine, undo_job: int, undone_job: int, path: str, 
     it will move away from ``path`` (undoing in reverse order: a name freed and taken again within
     the undone job is free again once the later taker's undo has run). None when there is none."""
     with Session(reader(engine)) as s:
-        held = set(s.execute(select(Photo.id).where(Photo.path == path)).scalars())
+        # The recorded intents first, the rows after: each statement sees what had committed when it
+        # began (PostgreSQL, read committed), and a move's settle turns its intent ``applied`` and
+        # moves its photo's row in one commit. Rows first, a settle committing between the two looks
+        # hid the photo from both (seen: "its old path is taken by another file" in a burst's undo
+        # on two workers); in this order the photo is seen recorded, or at the path, or both.
+        held = set(  # an undo of this job moving a photo there now (recorded, not yet applied)
+            s.execute(
+                select(Item.photo_id)
+                .join(Intent, Intent.item_id == Item.id)
+                .where(Intent.target == path, Intent.state == "recorded", Item.job_id == undo_job)
+            ).scalars()
+        )
+        held |= set(s.execute(select(Photo.id).where(Photo.path == path)).scalars())
         held |= set(
             s.execute(
                 select(PhotoEffect.photo_id).where(  # through ix_photo_effects_job
@@ -318,13 +330,6 @@ def leaving_occupant(engine: Engine, undo_job: int, undone_job: int, path: str, 
                     PhotoEffect.sidecar.is_(True),
                     PhotoEffect.undone_by.is_(None),
                 )
-            ).scalars()
-        )
-        held |= set(  # an undo of this job moving a photo there now (recorded, not yet applied)
-            s.execute(
-                select(Item.photo_id)
-                .join(Intent, Intent.item_id == Item.id)
-                .where(Intent.target == path, Intent.state == "recorded", Item.job_id == undo_job)
             ).scalars()
         )
         held -= {photo_id, None}
@@ -336,6 +341,16 @@ def leaving_occupant(engine: Engine, undo_job: int, undone_job: int, path: str, 
             .limit(1)
         ).scalar_one_or_none()
         return found
+
+
+def name_held(engine: Engine, path: str) -> bool:
+    """Whether a photo's row names ``path`` or a recorded intent (a move or write not yet settled)
+    targets it: the name is not free, whatever the disk says."""
+    with Session(reader(engine)) as s:
+        recorded = select(Intent.id).where(Intent.target == path, Intent.state == "recorded").limit(1)
+        if s.execute(recorded).first():
+            return True
+        return s.execute(select(Photo.id).where(Photo.path == path).limit(1)).first() is not None
 
 
 def freed_by_undo(engine: Engine, undone_job: int, path: str, photo_id: int) -> bool:
