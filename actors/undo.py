@@ -25,7 +25,6 @@ the job left, or its old path is taken); the job's other photos are undone (the 
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -84,7 +83,7 @@ def undo_item(ctx: ItemContext) -> dict[str, Any]:
     try:
         done = _reverse(ctx, effects, unit)
     except TargetTaken as exc:  # a photo's row still names an old path its file has just left
-        _wait_for_leaving(ctx, job, str(exc))
+        _wait_for_leaving(ctx, effects, job, str(exc))
         raise PhotoError(Path(str(exc)), f"{CHANGED.format(job=job)} outside photojobs: its old path is "
                          "named by another photo") from None  # fmt: skip
     return {"undone": len(done), "job": job, "effects": [r.id for r in unit], "paths": done}
@@ -95,11 +94,11 @@ def _way(ctx: ItemContext, effects: FileEffects, job: int, lane: str) -> Way:
     return Way(
         ctx.engine, effects.fs, job, ctx.lease.photo_id or 0, ctx.photo_path,
         tuple(str(n) for n in ctx.params.get(UNDO_LANES) or [lane]), undo_job=ctx.lease.job_id,
-        leaving=functools.partial(_wait_for_leaving, ctx, job),
+        leaving=functools.partial(_wait_for_leaving, ctx, effects, job),
     )  # fmt: skip
 
 
-def _wait_for_leaving(ctx: ItemContext, job: int, path: str) -> None:
+def _wait_for_leaving(ctx: ItemContext, effects: FileEffects, job: int, path: str) -> None:
     """``Deferred`` when the photo holding ``path`` (the old path a move goes back to) is one this
     undo job will move away: the job took the name again after freeing it (a burst renamed, then
     archived), so the later taker's undo goes first — the exact reverse order of the effects, across
@@ -107,7 +106,11 @@ def _wait_for_leaving(ctx: ItemContext, job: int, path: str) -> None:
     holder = log.leaving_occupant(ctx.engine, ctx.lease.job_id, job, path, ctx.lease.photo_id or 0)
     if holder is not None:
         raise Deferred(f"{path} is held by photo {holder} until its own undo in this job moves it", DEFER)
-    if not os.path.lexists(path) and not log.name_held(ctx.engine, path):
+    try:
+        there = effects.fs.lstat(Path(path))  # beneath the job's roots, no symlink followed
+    except (OSError, OutsideRoot):
+        return  # not a name this undo may move into: the caller refuses the photo
+    if there is None and not log.name_held(ctx.engine, path):
         # The photo that held it has just left (its own undo settled between the caller's look
         # and this one, two workers racing on PostgreSQL): the name is free, try again.
         raise Deferred(f"{path} was freed meanwhile", DEFER)
@@ -145,7 +148,7 @@ def _reverse(ctx: ItemContext, effects: FileEffects, unit: list[Effect]) -> list
             # photo's move committed, and its insert waited for it): the photo there will leave the
             # name once its own undo runs — wait for it, as the record's check would have a moment
             # later. A file no photo of this undo will move away still refuses the photo.
-            _wait_for_leaving(ctx, r.job_id, str(p["target"]))
+            _wait_for_leaving(ctx, effects, r.job_id, str(p["target"]))
             raise PhotoError(
                 p["target"], f"changed since: {p['target']} was taken meanwhile; not moved back"
             ) from None
