@@ -29,6 +29,7 @@ from store.fencing import fenced
 from store.jobs import PhotoInput
 from store.lanes import LaneSpec
 from store.models import Event, Item
+from tests import fork_server
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
@@ -155,7 +156,7 @@ class Fleet:
     def __init__(self, env: dict[str, str], logdir: Path) -> None:
         self.env = env
         self.logdir = logdir
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: list[subprocess.Popen[bytes] | fork_server.Forked] = []
 
     def start_worker(
         self, lanes: list[str] | None = None, threads: int = 2, env: dict[str, str] | None = None
@@ -163,31 +164,33 @@ class Fleet:
         lanes = lanes or ["noop"]
         full_env = {**self.env, **worker_env(threads, {}), **(env or {})}
         log = open(self.logdir / f"worker-{len(self.procs)}.log", "ab")  # noqa: SIM115
-        proc = subprocess.Popen(
-            worker_command(lanes, threads),
-            cwd=ROOT,
-            env=full_env,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
+        with log:
+            proc = fork_server.popen(
+                worker_command(lanes, threads),
+                cwd=ROOT,
+                env=full_env,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
         self.procs.append(proc)
         return proc
 
-    def start_sweeper(self) -> subprocess.Popen[bytes]:
+    def start_sweeper(self) -> subprocess.Popen[bytes] | fork_server.Forked:
         log = open(self.logdir / f"sweeper-{len(self.procs)}.log", "ab")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "photojobs", "sweep"],
-            cwd=ROOT,
-            env=self.env,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
+        with log:
+            proc = fork_server.popen(
+                [sys.executable, "-m", "photojobs", "sweep"],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
         self.procs.append(proc)
         return proc
 
-    def kill(self, proc: subprocess.Popen[bytes]) -> None:
+    def kill(self, proc: subprocess.Popen[bytes] | fork_server.Forked) -> None:
         """SIGKILL every process of ``proc``'s group (its session: the worker's Dramatiq children
         too) while its leader is not reaped yet (so the group id is still ours), then reap it.
         ``proc.kill()`` alone leaves those children running as orphans, which go on consuming this
@@ -369,14 +372,7 @@ def make_files(folder: Path, n: int, prefix: str = "f") -> list[Path]:
 
 def photojobs(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """``python -m photojobs ARGS`` with ``env``: its exit status and output (text)."""
-    return subprocess.run(
-        [sys.executable, "-m", "photojobs", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return fork_server.run([sys.executable, "-m", "photojobs", *args], cwd=ROOT, env=env, timeout=120)
 
 
 class MotoServer:

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests import fork_server
 from tests.support import ROOT, free_port, unavailable, wait_for
 
 TOKEN = "test-token-0123456789"
@@ -71,7 +72,7 @@ class WebServer:
             "PHOTOJOBS_DIAGNOSTICS": "1",  # the tests send the noop lane's fault parameters
             **(extra or {}),
         }
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | fork_server.Forked | None = None
         self.starts = 0
 
     @property
@@ -81,14 +82,15 @@ class WebServer:
     def start(self, *args: str) -> WebServer:
         self.starts += 1
         log = open(self.logdir / f"serve-{self.starts}.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "photojobs", "serve", "--port", str(self.port), *args],
-            cwd=ROOT,
-            env=self.env,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
+        with log:
+            self.proc = fork_server.popen(
+                [sys.executable, "-m", "photojobs", "serve", "--port", str(self.port), *args],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
         wait_for(self._healthy, 60, what=f"photojobs serve on port {self.port}")
         return self
 

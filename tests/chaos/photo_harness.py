@@ -64,6 +64,7 @@ from store.control import ControlBusy
 from store.jobs import PhotoInput
 from store.lanes import PHOTO_LANES
 from store.models import Item, Job, JobEnd, Photo
+from tests import fork_server
 from tests.chaos.checker import SETTLED_JOB_STATES
 from tests.chaos.harness import PLAIN, ChaosJob, ChaosRun, EventTail, Worker
 from tests.chaos.photo_model import Baseline, take_baseline
@@ -328,8 +329,8 @@ class PhotoChaosRun(ChaosRun):
                 PHOTOJOBS_CHAOS_FAILPOINT_LOG=str(self.failpoint_log),
             )
         self.spawned += 1
-        log = open(self.fleet.logdir / f"worker-{len(self.fleet.procs)}.log", "ab")  # noqa: SIM115
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True)
+        with open(self.fleet.logdir / f"worker-{len(self.fleet.procs)}.log", "ab") as log:
+            proc = fork_server.popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True)
         self.fleet.procs.append(proc)
         w = PhotoWorker(proc, failpoints=armed)
         self.workers.append(w)

@@ -275,8 +275,41 @@ def run_photo_chaos(
     where = f"{summary}\nreplay: {replay}\nrun log: {tmp_path / 'chaos.log'}; worker logs: {fleet.logdir}"
     if everything:
         print(by_kind(everything), flush=True)
+        print(photo_evidence(engine, files.violations), flush=True)
     assert everything == [], f"{where}\n{by_kind(everything)}"
     assert short == [], f"{where}\nthe run did not prove enough (have < minimum): {short}"
+
+
+def photo_evidence(engine: Engine, violations: list[str], most: int = 3) -> str:
+    """The effects and item events of the photos a files violation names (the store is dropped with
+    the test: what a failure needs to be understood, printed while it is there)."""
+    import re
+
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from store.models import Event, PhotoEffect
+
+    ids = sorted({int(m) for v in violations for m in re.findall(r"^photo (\d+) ", v)})[:most]
+    lines = []
+    with Session(engine) as s:
+        for pid in ids:
+            lines.append(f"--- photo {pid}: effects (id job item lane kind sidecar before->after undoes)")
+            effects = select(PhotoEffect).where(PhotoEffect.photo_id == pid).order_by(PhotoEffect.id)
+            for e in s.scalars(effects):
+                lines.append(
+                    f"  {e.id} job {e.job_id} item {e.item_id} {e.lane} {e.kind} sidecar={e.sidecar} "
+                    f"{(e.before_sha256 or '-')[:8]}->{(e.after_sha256 or '-')[:8]} undoes={e.undoes} "
+                    f"undone_by={e.undone_by} at={e.at:.2f} {e.to_path.rsplit('/', 1)[-1]}"
+                )
+            lines.append(f"--- photo {pid}: its items' events")
+            q = select(Event).where(Event.photo_id == pid).order_by(Event.id)
+            for ev in s.scalars(q):
+                lines.append(
+                    f"  {ev.at:.2f} job {ev.job_id} item {ev.item_id} {ev.lane} {ev.type} "
+                    f"attempt={ev.attempt} token={ev.token} {str(ev.detail or '')[:160]}"
+                )
+    return "\n".join(lines)
 
 
 @pytest.mark.timeout(int(SHORT + 900))

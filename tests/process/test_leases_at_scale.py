@@ -1,4 +1,5 @@
-"""Healthy workers keep their leases at scale: a 200,000-photo submission on SQLite, a lane TTL
+"""Healthy workers keep their leases at scale: a 40,000-photo submission on SQLite (200,000 in
+``make chaos``), a lane TTL
 shorter than the global one, and a bundle of more photos than PostgreSQL takes bind parameters."""
 
 from __future__ import annotations
@@ -20,11 +21,15 @@ from tests.conftest import _worker_env
 from tests.support import Fleet, event_counts, items_of, job_done, make_files, wait_for
 
 
-# 133 s on a quiet machine (2026-12-07); beside the rest of the suite and other runs it passed the
-# default 300 s once (ci3): a 200,000-photo submission is its subject, not a hang.
+# 200,000 photos: 133 s on a quiet machine (2026-12-07), 320 s in the suite (the run's longest test
+# by far); its subject is scale, not a hang, so it runs in `make chaos`. 40,000 photos still hold
+# the single write lock for ~20 s of chunks (ten 2-s lease TTLs) in `make test`.
 @pytest.mark.timeout(900)
-def test_200k_photo_submission_on_sqlite_costs_no_lease(
-    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    "count", [40_000, pytest.param(200_000, marks=pytest.mark.slow)], ids=["40k", "200k"]
+)
+def test_a_long_photo_submission_on_sqlite_costs_no_lease(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int
 ) -> None:
     # Given a SQLite store and a worker holding the lease of a long item (TTL 2 s, beats every 0.5 s)
     url = f"sqlite:///{tmp_path / 'photojobs.db'}"
@@ -53,17 +58,18 @@ def test_200k_photo_submission_on_sqlite_costs_no_lease(
         [running] = wait_for(
             lambda: [i for i in items_of(engine, holder) if i.state == "running"], 90, what="the lease"
         )
-        # When 200,000 photos are submitted meanwhile (to the rename lane, which no worker here serves)
-        photos = [store_jobs.PhotoInput(f"/nowhere/p{i:06d}.jpg", 1) for i in range(200_000)]
+        # When 200,000 (40,000) photos are submitted meanwhile (to the rename lane, which no worker
+        # here serves)
+        photos = [store_jobs.PhotoInput(f"/nowhere/p{i:06d}.jpg", 1) for i in range(count)]
         big = store_jobs.submit(engine, [client.specs["rename"]], photos)
         # Then the worker's lease held all along: same token, still running, no lease_expired anywhere
         [item] = items_of(engine, holder)
         assert item.state == "running" and item.fencing_token == running.fencing_token, fleet.logs()
         assert event_counts(engine, "lease_expired") == {}, fleet.logs()
-        assert big.items == 200_000 and len(chunk_seconds) > 50
+        assert big.items == count and len(chunk_seconds) > 50
         median = sorted(chunk_seconds)[len(chunk_seconds) // 2]
         print(
-            f"200k photos in {len(chunk_seconds)} chunks; chunk transactions (waiting for the lock "
+            f"{count} photos in {len(chunk_seconds)} chunks; chunk transactions (waiting for the lock "
             f"included): longest {max(chunk_seconds) * 1000:.0f} ms, median {median * 1000:.0f} ms"
         )
         # And the held item stops cleanly when its job is cancelled, still without a lost lease
