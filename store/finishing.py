@@ -16,7 +16,7 @@ from .fencing import DEFERRED_EVENTS, defer_write
 from .job_end import UNFINISHED, touched
 from .lanes import LaneSpec
 from .leases import Lease
-from .models import CANCELLED, FAILED, PAUSED, PENDING, RUNNING, SUCCEEDED, Item, Job
+from .models import CANCELLED, FAILED, PAUSED, PENDING, RUNNING, SUCCEEDED, TERMINAL, Item, Job
 from .photo_locks import chunked, lock_photo_rows
 from .pipeline import advance, lock_bundle, lock_items, lock_job, skip_later, state_for, successor_ids
 from .queries import (
@@ -193,7 +193,9 @@ def _fence_held(s: Session, lease: Lease, row: Any) -> None:
 def _end_lease(s: Session, lease: Lease, *, release: bool = True, **values: Any) -> None:
     """CAS the running item to its next state (the fence folded into the ``WHERE``) and release its
     photo locks (``release`` False: the caller does, later). A finish that reads the job's control
-    request locked the job first."""
+    request locked the job first. An item that ends here (failed, or cancelled: a cooperative stop,
+    or a failure with attempts left on a cancelled job) may be its job's last: the commit checks
+    (``store.job_end.touched``)."""
     row = s.execute(
         update(Item)
         .where(Item.id == lease.item_id, Item.fencing_token == lease.token, Item.state == RUNNING)
@@ -201,6 +203,8 @@ def _end_lease(s: Session, lease: Lease, *, release: bool = True, **values: Any)
         .returning(Item.id)
     ).first()
     _fence_held(s, lease, row)
+    if values.get("state") in TERMINAL:
+        touched(s, lease.job_id)
     if release and lease.holds_locks:
         release_locks(s, lease.item_id)
 
@@ -307,7 +311,6 @@ def fail(
         release_locks(s, lease.item_id)
     emit_for(s, "item_failed", lease, worker, _timed({"error": error, **extra}, lease))
     emit_many(s, skipped)
-    touched(s, lease.job_id)
     return FAILED
 
 
@@ -322,7 +325,6 @@ def stop(s: Session, lease: Lease, worker: str | None, reason: str, *, delay: fl
     if state == CANCELLED:
         _end_lease(s, lease, state=CANCELLED, attempt=Item.attempt - 1)
         emit_for(s, "item_cancelled", lease, worker, {"reason": reason})
-        touched(s, lease.job_id)
         return CANCELLED
     later = {"not_before": db_now() + delay} if delay is not None and state == PENDING else {}
     _end_lease(s, lease, state=state, attempt=Item.attempt - 1, **later)

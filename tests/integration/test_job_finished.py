@@ -112,6 +112,22 @@ def test_a_cancel_finishes_at_once_or_when_its_running_items_stop(engine: Engine
     assert len(finished(engine, busy)) == 1  # and finishes nothing again
 
 
+def test_a_failure_with_attempts_left_on_a_cancelled_job_finishes_it(engine: Engine, tmp_path: Path) -> None:
+    """Given a job whose two items are running, cancelled meanwhile (found by the photo chaos run:
+    a noop job cancelled while an item matching ``noop.fail_if`` ran ended without job_finished)
+    When one stops cooperatively and the other fails with attempts left (its retry is cancelled)
+    Then the job is finished, cancelled, once: a retry that ends an item counts as its end."""
+    job = submit(engine, tmp_path, 2)
+    first, second = claim_all(engine)
+    cancel(engine, job)
+    with fenced(engine, first.item_id, first.token, worker="w") as s:
+        store_items.stop(s, first, "w", "cancel requested")
+    assert finished(engine, job) == []
+    with fenced(engine, second.item_id, second.token, worker="w") as s:
+        assert store_items.fail(s, NOOP, second, "boom", "w") == "cancelled"
+    assert finished(engine, job) == [{"state": "cancelled", "counts": {"cancelled": 2}}]
+
+
 def test_a_retry_re_finishes_the_job_once_more(engine: Engine, tmp_path: Path) -> None:
     """Given a job finished as failed
     When its failed item is retried and then succeeds
