@@ -79,7 +79,7 @@ def edit_photo(ctx: ItemContext) -> dict[str, Any]:
             target, content, side_before = sidecar
             side_after = hashlib.sha256(content).hexdigest()
             side_base = hashlib.sha256(side_before).hexdigest() if side_before is not None else None
-            unit.insert(0, {
+            unit.append({
                 "kind": "replace", "staged": staged_sidecar, "target": target, "source": None,
                 "sha256": side_after, "base_sha256": side_base, "companion": True,
             })  # fmt: skip
@@ -90,17 +90,21 @@ def edit_photo(ctx: ItemContext) -> dict[str, Any]:
         if staged_sidecar is not None:
             effects.drop(staged_sidecar)
         raise
+    # The photo first, then its sidecar: once the photo's edit landed, a stopped item's sidecar is
+    # finished by the sweeper too (store.intents: a unit lands whole); a sidecar applied first and
+    # the item stopped before the photo's apply left the photo's intent discarded, and the next
+    # attempt took the applied sidecar for the whole edit (the photo never edited; photo chaos)
+    applied = effects.apply_and_mark(
+        intents[0], kind="replace", staged=staged, target=path, source=path, sha256=after
+    )
     extra: dict[str, Any] = {}
     if len(unit) == 2:
-        side = unit[0]
+        side = unit[1]
         effects.apply_and_mark(
-            intents[0], kind="replace", staged=side["staged"], target=side["target"], source=None,
+            intents[1], kind="replace", staged=side["staged"], target=side["target"], source=None,
             sha256=side["sha256"], companion=True,
         )  # fmt: skip
         extra = {"sidecar": str(side["target"]), "sidecar_sha256": side["sha256"]}
-    applied = effects.apply_and_mark(
-        intents[-1], kind="replace", staged=staged, target=path, source=path, sha256=after
-    )
     return result_of(
         applied, sha256_before=before, sha256=after, fields=sorted(edit_params), **moved, **extra,
         **written.result(),

@@ -363,9 +363,10 @@ def _settle_item(s: Session, item_id: int) -> int:
     photos = sorted({r.photo_id for r in rows if r.photo_id is not None and r.kind in ("move", "replace")})
     if photos and s.get_bind().dialect.name == "postgresql":
         lock_photo_rows(s.connection(), photos)  # before any write: photos in ascending id
-    # A raw and its sidecars move (or upload) as one unit: once the photo's effect landed, the
-    # sidecars' recorded ones are finished too (both or neither), never discarded.
-    landed = _photo_moved(s, item_id)
+    # A photo and its sidecars move, upload or are edited as one unit: once the photo's effect
+    # landed, the sidecars' recorded ones are finished too (both or neither), never discarded (the
+    # photo's effect is applied first: actors.exif, actors.moves).
+    landed = _photo_landed(s, item_id)
     job = s.get(Job, item.job_id)
     within = Roots(job_roots(job.roots or [], job.params or {}) if job is not None else [])
     settled = 0
@@ -378,21 +379,24 @@ def _settle_item(s: Session, item_id: int) -> int:
             log.warning("cannot settle intent %s yet: %s", row.id, exc)
             continue
         settled += _settle_stopped(s, item, row, verdict)
-        moved = row.kind in ("move", "publish") and row.photo_id is not None
-        landed = landed or (moved and verdict.settles_as == APPLIED)
+        photos_own = row.kind in UNIT_LEADS and row.photo_id is not None
+        landed = landed or (photos_own and verdict.settles_as == APPLIED)
     _release_if_settled(s, item_id)
     return settled
 
 
-def _photo_moved(s: Session, item_id: int) -> bool:
-    """True when the item already moved (or published) its photo: an applied intent naming it."""
+UNIT_LEADS = ("move", "publish", "replace")  # a photo's own effect, which its sidecars' follow
+
+
+def _photo_landed(s: Session, item_id: int) -> bool:
+    """True when the item already moved, published or edited its photo: an applied intent naming it."""
     return (
         s.execute(
             select(Intent.id)
             .where(
                 Intent.item_id == item_id,
                 Intent.state == APPLIED,
-                Intent.kind.in_(("move", "publish")),
+                Intent.kind.in_(UNIT_LEADS),
                 Intent.photo_id.is_not(None),
             )
             .limit(1)

@@ -12,13 +12,16 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
+from middleware import failpoints
 from photojobs.api import Client
 from photojobs.config import Settings
 from photojobs.testing.samples import generate_samples
 from photos.exif import read_metadata
+from store.intents import settle_orphans
 from store.lanes import lane_spec
 from store.sweeper import revoke_expired
 from tests.inline_lanes import run_item
+from tests.raw_support import make_xmp_sidecar
 from tests.support import expire_running_leases, items_of
 
 
@@ -55,4 +58,41 @@ def test_the_next_attempt_removes_what_a_killed_exiftool_write_left(
     # Then the photo is edited once and nothing of the killed attempt is left in its folder
     assert sorted(p.name for p in folder.iterdir() if p.name != ".photojobs-history") == [photo.name]
     assert read_metadata(photo)["keywords"] == ["kept"]
+    client.engine.dispose()
+
+
+def test_a_paused_photo_and_sidecar_edit_killed_after_its_first_write_lands_whole(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a JPEG with a Lightroom sidecar and an exif keywords job whose attempt dies right after
+    # the first of its two writes (found by the photo chaos run: a worker stopped at
+    # exif.after_apply, its job paused meanwhile)
+    folder = tmp_path / "photos"
+    (photo,) = generate_samples(folder, 1, seed=7, size=(64, 48))
+    sidecar = make_xmp_sidecar(photo.with_suffix(".xmp"), keywords=("mine",), rating=2)
+    client = Client(Settings.from_env({}), engine=engine)
+    job = client.submit(["exif"], [folder], {"exif.keywords": "chaos,wave2"}).job_id
+
+    def dies_after_the_first_apply(name: str) -> None:
+        if name == "exif.after_apply":
+            raise WorkerKilled
+
+    with monkeypatch.context() as m:
+        m.setattr(failpoints, "hit", dies_after_the_first_apply)
+        with pytest.raises(WorkerKilled):
+            run_item(engine, items_of(engine, job)[0])
+    # When the job is paused, the lease runs out, the sweeper revokes it and settles the stopped
+    # item's intents, and the job is resumed and its item's next attempt runs
+    client.pause(job)
+    expire_running_leases(engine)
+    assert revoke_expired(engine, {"exif": lane_spec("exif", env={})})[0] == 1
+    assert items_of(engine, job)[0].state == "paused"
+    settle_orphans(engine)
+    client.resume(job)
+    run_item(engine, items_of(engine, job)[0])
+    # Then the photo and its sidecar both hold the keywords, once: the unit landed whole
+    assert items_of(engine, job)[0].state == "succeeded"
+    assert read_metadata(photo)["keywords"] == ["chaos", "wave2"]
+    xmp = sidecar.read_text()
+    assert [xmp.count(f"<rdf:li>{k}</rdf:li>") for k in ("mine", "chaos", "wave2")] == [1, 1, 1], xmp
     client.engine.dispose()
