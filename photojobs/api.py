@@ -38,7 +38,9 @@ from photos.raw import is_raw
 from photos.sidecar import is_sidecar, owner_of
 from store import console as store_console
 from store import control as store_control
+from store import counters as store_counters
 from store import events as store_events
+from store import histograms as store_histograms
 from store import idempotency as store_idempotency
 from store import jobs as store_jobs
 from store import lane_control as store_lane_control
@@ -526,7 +528,8 @@ class Client:
     def list_jobs(
         self, *, state: str | None = None, limit: int = 20, after: int | None = None
     ) -> tuple[list[store_jobs.JobStatus], int | None]:
-        """Jobs newest first, a page of ``limit``; pass the returned cursor as ``after`` for the next."""
+        """Jobs, the moving ones first, each part newest first (newest first with a ``state``), a page
+        of ``limit``; pass the returned cursor as ``after`` for the next."""
         jobs, nxt = store_console.find_jobs(self.engine, state=state, limit=limit, after=after)
         store_waiting.explain(self.engine, jobs)
         return jobs, nxt
@@ -589,8 +592,9 @@ class Client:
         limit: int = 20,
         after: int | None = None,
     ) -> tuple[list[store_jobs.JobStatus], int | None]:
-        """Jobs newest first, filtered by state (through an index) and a search (id, lane, parameter,
-        photo path); a page of ``limit`` and the cursor of the next (None at the end). A search is
+        """Jobs filtered by state (through an index) and a search (id, lane, parameter, photo path),
+        running ones first (``store.console.find_jobs``); a page of ``limit`` and the cursor of the
+        next (None at the end). A search is
         bounded by ``PHOTOJOBS_SEARCH_TIMEOUT`` (3 s): ``SearchTooCostly``, ``SearchBusy``."""
         timeout = float(self.settings.env.get("PHOTOJOBS_SEARCH_TIMEOUT") or store_console.SEARCH_TIMEOUT)
         jobs, nxt = store_console.find_jobs(
@@ -670,6 +674,9 @@ class Client:
         per ``bucket`` over the last ``window`` seconds (server-side, from the event log)."""
         depths = store_console.lane_depths(self.engine)
         start, series = store_console.lane_throughput(self.engine, window=window, bucket=bucket)
+        names = [entry["lane"] for entry in self.lanes()]
+        store_counters.fold(self.engine)  # the events so far in the histograms, as /metrics does
+        times = store_histograms.lane_quantiles(store_counters.read(self.engine).histograms, names)
         workers = [w for w in self.workers() if w["state"] == "live"]
         n = max(1, int(window // bucket))
         lanes = []
@@ -694,6 +701,9 @@ class Client:
                     "running_now": sum(1 for w in workers for r in w["running"] if r["lane"] == name),
                     "finished": counts,
                     "finished_total": sum(counts),
+                    # an attempt's run time and queue wait, p50 and p95 in seconds, since the start
+                    # (the counters' histograms, folded from the event log: store.histograms)
+                    **times.get(name, {}),
                 }
             )
         return {"start": start, "bucket": bucket, "window": window, "lanes": lanes}

@@ -34,8 +34,12 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.functions import FunctionElement
+
+from photos.params import ALLOWED_ROOTS_KEY, SKIPPED_KEY
 
 from .clock import db_now
 from .engine import reader
@@ -142,10 +146,38 @@ def _like(text: str) -> str:
     return f"%{escaped}%"
 
 
+# What the server adds to a job's parameters (the roots it confined the job to, what the folder scan
+# left out): recorded with the job, but not what the job was given, so not what a search matches (a
+# root's folder name matched every job the server confined to it).
+ADDED_PARAMS = (ALLOWED_ROOTS_KEY, SKIPPED_KEY)
+
+
+class GivenParams(FunctionElement[str]):
+    """A job's parameters as text without :data:`ADDED_PARAMS` (``jsonb - key`` on PostgreSQL,
+    ``json_remove`` on SQLite)."""
+
+    type = String()
+    name = "given_params"
+    inherit_cache = True
+
+
+@compiles(GivenParams, "postgresql")
+def _given_params_pg(element: GivenParams, compiler: Any, **kw: Any) -> str:
+    keys = "".join(f" - '{k}'" for k in ADDED_PARAMS)
+    return f"(CAST({compiler.process(element.clauses, **kw)} AS jsonb){keys})::text"
+
+
+@compiles(GivenParams)
+def _given_params_sqlite(element: GivenParams, compiler: Any, **kw: Any) -> str:
+    paths = ", ".join(f"'$.\"{k}\"'" for k in ADDED_PARAMS)
+    return f"json_remove({compiler.process(element.clauses, **kw)}, {paths})"
+
+
 def search_hint(query: str) -> ColumnElement[bool]:
-    """Jobs matching ``query``: its id (``17`` or ``#17``), a lane, a parameter (``key``, ``value``
-    or ``key=value``) or a photo path containing it (case-insensitive; ``MIN_PATH_SEARCH``
-    characters at least)."""
+    """Jobs matching ``query``: its id (``17`` or ``#17``), a lane, a parameter it was given
+    (``key``, ``value`` or ``key=value``; not those the server added, :data:`ADDED_PARAMS`) or a
+    photo path containing it (case-insensitive; ``MIN_PATH_SEARCH`` characters at least)."""
+    given = GivenParams(Job.params)
     text = query.strip()
     conds: list[ColumnElement[bool]] = []
     bare = text.lstrip("#")
@@ -157,12 +189,12 @@ def search_hint(query: str) -> ColumnElement[bool]:
         key, _, value = text.partition("=")
         conds.append(
             and_(
-                cast(Job.params, String).ilike(_like(key.strip()), escape="\\"),
-                cast(Job.params, String).ilike(_like(value.strip()), escape="\\"),
+                given.ilike(_like(key.strip()), escape="\\"),
+                given.ilike(_like(value.strip()), escape="\\"),
             )
         )
     else:
-        conds.append(cast(Job.params, String).ilike(pattern, escape="\\"))
+        conds.append(given.ilike(pattern, escape="\\"))
     if len(text) >= MIN_PATH_SEARCH:  # PostgreSQL: ix_photos_path_trgm (revision 0012) serves it
         conds.append(
             exists().where(
@@ -174,6 +206,18 @@ def search_hint(query: str) -> ColumnElement[bool]:
     return or_(*conds)
 
 
+# The jobs list shows the jobs that are moving first (an item waiting, pending, queued or running,
+# or still being submitted), newest first, then the others, newest first. Its cursor stays one
+# integer: a job id for the second part, MOVING + a job id for the first (MOVING alone: the second
+# part from its newest job). Every job is reached once while none changes part between pages.
+MOVING = MAX_ROW_ID + 1
+
+
+def moving_hint() -> ColumnElement[bool]:
+    """A job with an item waiting, pending, queued or running, or still being submitted."""
+    return or_(_has(ACTIVE), Job.submitting.is_(True))
+
+
 def find_jobs(
     engine: Engine,
     *,
@@ -183,37 +227,64 @@ def find_jobs(
     after: int | None = None,
     timeout: float = SEARCH_TIMEOUT,
 ) -> tuple[list[JobStatus], int | None]:
-    """Jobs newest first, ``limit`` a page, filtered by derived ``state`` and a search ``query``;
-    ``after`` is the previous page's ``next`` (a job id). Returns the page and the next cursor
-    (None at the end): every job is reachable by following it. A search is bounded: each of its
-    statements stops after ``timeout`` seconds (:class:`SearchTooCostly`), and it waits at most
-    that long for one of the process's ``SEARCH_SLOTS`` (:class:`SearchBusy`)."""
+    """Jobs filtered by derived ``state`` and a search ``query``, ``limit`` a page: newest first
+    with a state, else the moving ones first (:data:`MOVING`), each part newest first. ``after`` is
+    the previous page's ``next``. Returns the page and the next cursor (None at the end): every job
+    is reachable by following it. A search is bounded: each of its statements stops after
+    ``timeout`` seconds (:class:`SearchTooCostly`), and it waits at most that long for one of the
+    process's ``SEARCH_SLOTS`` (:class:`SearchBusy`)."""
     limit = max(1, min(limit, MAX_PAGE))
     conds: list[ColumnElement[bool]] = []
     if state:
         conds.append(state_hint(state))
     if query and query.strip():
         conds.append(search_hint(query))
-    found: list[JobStatus] = []
-    cursor = after
     searching = bool(query and query.strip())
+    if state:  # one part: the state says which
+        parts = [(None, conds, after)]
+    elif after is not None and after >= MOVING:
+        parts = [(MOVING, [*conds, moving_hint()], after - MOVING or None)] if after > MOVING else []
+        parts.append((0, [*conds, not_(moving_hint())], None))
+    else:
+        parts = [(MOVING, [*conds, moving_hint()], None), (0, [*conds, not_(moving_hint())], after)]
+        if after is not None:  # a job id: the second part
+            parts = parts[1:]
+    found: list[JobStatus] = []
     with _bounded(engine, timeout if searching else None) as s:
-        while True:
-            q = select(Job).where(*conds).order_by(Job.id.desc()).limit(limit)
-            if cursor is not None:
-                q = q.where(Job.id < cursor)
-            jobs = list(s.execute(q).scalars())
-            if not jobs:
-                return found, None
-            for st in statuses(s, jobs):
-                cursor = st.job_id
-                if state is None or st.state == state:
-                    found.append(st)
-                    if len(found) == limit:
-                        more = s.execute(select(Job.id).where(*conds, Job.id < st.job_id).limit(1)).first()
-                        return found, (st.job_id if more else None)
-            if len(jobs) < limit:
-                return found, None
+        for n, (offset, where, cursor) in enumerate(parts):
+            page, nxt = _page(s, where, state, limit - len(found), cursor)
+            found += page
+            if nxt is not None:
+                return found, nxt + (offset or 0)
+            if len(found) == limit:
+                rest = parts[n + 1 :]
+                more = any(s.execute(select(Job.id).where(*w).limit(1)).first() for _o, w, _c in rest)
+                return found, (MOVING if offset == MOVING else None) if more else None
+    return found, None
+
+
+def _page(
+    s: Session, conds: list[ColumnElement[bool]], state: str | None, limit: int, cursor: int | None
+) -> tuple[list[JobStatus], int | None]:
+    """Up to ``limit`` jobs matching ``conds`` (and ``state``, derived) below job id ``cursor``,
+    newest first, and the id to go on from (None when none is left)."""
+    found: list[JobStatus] = []
+    while True:
+        q = select(Job).where(*conds).order_by(Job.id.desc()).limit(limit)
+        if cursor is not None:
+            q = q.where(Job.id < cursor)
+        jobs = list(s.execute(q).scalars())
+        if not jobs:
+            return found, None
+        for st in statuses(s, jobs):
+            cursor = st.job_id
+            if state is None or st.state == state:
+                found.append(st)
+                if len(found) == limit:
+                    more = s.execute(select(Job.id).where(*conds, Job.id < st.job_id).limit(1)).first()
+                    return found, (st.job_id if more else None)
+        if len(jobs) < limit:
+            return found, None
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from starlette.background import BackgroundTask
 
 from photojobs.api import Client, NotApplicable, SubmissionError, UnknownJob
 from photos.params import SKIPPED_KEY
-from store.console import CONSOLE_JOB_STATES
+from store.console import CONSOLE_JOB_STATES, MOVING
 from store.jobs import JobStatus
 from store.models import ALL_STATES
 from store.sessions import create_session, revoke_session
@@ -261,16 +261,17 @@ def list_jobs(
     limit: int = Query(20, ge=1, le=1000),
     after: int | None = Query(None, ge=0, le=MAX_CURSOR, description="the previous page's next"),
 ) -> dict[str, Any]:
-    """Jobs newest first, filtered by state and search: ``{"jobs": [STATUS, …], "next": CURSOR | null}``;
-    following ``next`` reaches every job."""
+    """Jobs filtered by state and search, the moving ones first (then the rest), each part newest
+    first (newest first with a state): ``{"jobs": [STATUS, …], "next": CURSOR | null}``; following
+    ``next`` reaches every job."""
     if state is not None and state not in CONSOLE_JOB_STATES:
         raise ApiError(
             400, "invalid_request", f"unknown job state {state!r}; states: {', '.join(CONSOLE_JOB_STATES)}"
         )
     if q is not None and "\x00" in q:
         raise ApiError(400, "invalid_request", "the search contains a NUL character")
-    if after is not None and after > MAX_ROW_ID:
-        after = None  # every job id is below it: the first page
+    if after is not None and after > MOVING + MAX_ROW_ID:
+        after = None  # every cursor is below it (a job id, or MOVING + one): the first page
     client = _cfg(request).client
     jobs, nxt = client.find_jobs(state=state, search=q, limit=limit, after=after)
     etas = client.etas(jobs)

@@ -83,8 +83,15 @@ def test_every_job_reachable_by_paging_state_and_search(http: TestClient, engine
         if r["next"] is None:
             break
         after = r["next"]
-    # Then every job is reached once, newest first
-    assert seen == sorted(jobs, reverse=True)
+    # Then every job is reached once: the moving ones first (items queued), newest first, then the
+    # finished one (the README's "running jobs first")
+    moving = sorted(set(jobs) - {jobs[6]}, reverse=True)
+    assert seen == [*moving, jobs[6]]
+    # and a page that ends with the last moving job leads on to the finished ones
+    page = http.get("/api/jobs", params={"limit": len(moving)}).json()
+    assert [j["job"] for j in page["jobs"]] == moving and page["next"] is not None
+    rest = http.get("/api/jobs", params={"limit": 20, "after": page["next"]}).json()
+    assert [j["job"] for j in rest["jobs"]] == [jobs[6]] and rest["next"] is None
     # And a search by the photo folder, by id, by parameter finds it
     assert [j["job"] for j in http.get("/api/jobs", params={"q": "needle"}).json()["jobs"]] == [first]
     assert first in [j["job"] for j in http.get("/api/jobs", params={"q": f"#{first}"}).json()["jobs"]]
@@ -265,3 +272,36 @@ def test_a_search_is_bounded_in_time_and_in_number(
     # Then another search waits its bound and gets 429 with Retry-After; the plain list answers
     assert busy.status_code == 429 and busy.json()["error"] == "search_busy" and busy.headers["Retry-After"]
     assert plain.status_code == 200 and [j["job"] for j in plain.json()["jobs"]] == [job]
+
+
+def test_a_search_matches_what_a_job_was_given_not_the_roots_the_server_added(
+    engine: Engine, redis_url: str, tmp_path: Path
+) -> None:
+    # Given a server with two photo roots, "photos" and "elsewhere", and a job over each (the server
+    # records both roots with every job it confines: job.allowed_roots)
+    photos, elsewhere = tmp_path / "photos", tmp_path / "elsewhere"
+    make_files(photos / "album", 2)
+    make_files(elsewhere / "trip", 2)
+    env = {
+        "PHOTOJOBS_DATABASE_URL": str(engine.url),
+        "PHOTOJOBS_REDIS_URL": redis_url,
+        "PHOTOJOBS_DIAGNOSTICS": "1",  # the noop lane's parameters
+    }
+    client = Client(Settings.from_env(env), engine, migrate=False)
+    app = create_app(client, token=TOKEN, photo_roots=[photos, elsewhere], env=env)
+    with TestClient(app, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        here = _submit(http, [str(photos / "album")])
+        there = _submit(http, [str(elsewhere / "trip")], {"noop.fail_if": "zzz"})
+
+        def found(q: str) -> list[int]:
+            return [j["job"] for j in http.get("/api/jobs", params={"q": q}).json()["jobs"]]
+
+        # When the operator searches for the second root's folder name, and for a parameter
+        # Then only the job over it matches: the roots the server added are not what a job was given
+        assert found("elsewhere") == [there]
+        assert found("photos") == [here]
+        assert found("noop.fail_if=zzz") == [there] and found("zzz") == [there]
+        # and what the server added is still recorded with the job
+        with Session(engine) as s:
+            params = s.execute(text("SELECT params FROM jobs WHERE id = :j"), {"j": here}).scalar_one()
+        assert "elsewhere" in str(params)
