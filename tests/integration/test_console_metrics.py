@@ -106,6 +106,17 @@ def test_run_time_queue_wait_and_job_duration_land_in_their_buckets_once(
     assert _bucket(scrape, dur, "60.0") == 1
     # And every lane is listed (zeros before its first observation)
     assert sample(scrape, f"{run}_count", lane="exif") == 0
+    # And the console's Lanes page shows p50 and p95 from the same buckets, interpolated as
+    # Prometheus's histogram_quantile does: the run's p95 within (1, 2.5], its p50 in the first
+    # bucket; the waits' p50 and p95 within (5, 10]; "no attempt yet" for a lane without one
+    client = Client(Settings.from_env({"PHOTOJOBS_DATABASE_URL": db_url}, tmp_path), engine, migrate=False)
+    lanes = {entry["lane"]: entry for entry in client.lane_overview()["lanes"]}
+    noop = lanes["noop"]
+    assert noop["run"]["count"] == 4 and noop["run"]["p50"] <= 0.05
+    assert noop["run"]["p95"] == pytest.approx(1 + 1.5 * 0.8)
+    assert noop["wait"]["p50"] == pytest.approx(5 + 5 * 1 / 3)
+    assert noop["wait"]["p95"] == pytest.approx(5 + 5 * 2.8 / 3)
+    assert lanes["exif"]["run"] == {"p50": None, "p95": None, "count": 0}
     # When the store is scraped again and an unrelated event is folded
     counters.fold(engine)
     again_scrape = _scrape(engine, db_url, tmp_path)

@@ -300,6 +300,15 @@ def test_cascade_bulk_retry_deep_link_and_axe_everywhere(
         chart = page.locator('#lane-cards .lane-card[data-lane="noop"] svg.chart')
         expect(chart.locator("text.tick")).to_have_count(5)
         expect(chart).to_have_attribute("aria-label", re.compile(r"in the last 6 h 0 min"))
+        # and the lane's run time and queue wait, p50 and p95 (the counters' histograms); none yet
+        # for a lane no job used
+        noop_card = page.locator('#lane-cards .lane-card[data-lane="noop"]')
+        run_times = noop_card.locator('dd[data-times="run"]')
+        expect(run_times).to_contain_text(re.compile(r"^p50 .* · p95 .* attempts\)$"))
+        expect(noop_card.locator('dd[data-times="wait"]')).to_contain_text("p95")
+        expect(page.locator('#lane-cards .lane-card[data-lane="upload"] dd[data-times="run"]')).to_have_text(
+            "no attempt yet"
+        )
         # And times can be shown in UTC; the page has an icon
         page.goto(f"{server.url}/#/jobs/{cascade}")
         page.select_option("#pref-times", "utc")

@@ -79,4 +79,12 @@ def test_a_photo_page_shows_its_history_and_the_job_page_undoes_the_job(
         if readme:
             shutil.copy(shots / "photo.png", Path(readme).parent / "console-photo.png")
         assert _axe(page, "photo page") == []
+        # And at 390 px (a phone) the page folds: its table becomes labelled cards, nothing wider
+        # than the screen (it was 762 px wide), still axe-clean
+        page.set_viewport_size({"width": 390, "height": 800})
+        expect(rows.first).to_be_visible()
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, f"the photo page is {width} px wide at 390 px"
+        page.screenshot(path=str(shots / "photo-390.png"), full_page=True)
+        assert _axe(page, "photo page at 390 px") == []
         assert errors == []

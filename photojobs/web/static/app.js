@@ -737,6 +737,12 @@
         stat("running now", l.running_now || 0), stat("held", d.running || 0), stat("paused", d.paused || 0),
         stat("finished", total, `finished, last ${duration(r.window)}`)),
       chart(l.lane, l.finished || [], r.start, r.bucket),
+      el("dl", { class: "lane-times" }, ...[["run", "run time"], ["wait", "queue wait"]].flatMap(([k, label]) => {
+        const t = l[k] || {};
+        const secs = (v) => v == null ? "–" : v < 10 ? `${v.toFixed(2)} s` : duration(v);
+        return [el("dt", {}, label), el("dd", { "data-times": k, "data-p50": t.p50 == null ? "" : String(t.p50),
+          "data-p95": t.p95 == null ? "" : String(t.p95) }, t.count ? `p50 ${secs(t.p50)} · p95 ${secs(t.p95)} (${t.count} attempts)` : "no attempt yet")];
+      })),
       el("h4", {}, "Live workers"), workers);
     });
     $("#lane-cards").replaceChildren(...cards);

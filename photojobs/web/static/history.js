@@ -19,7 +19,7 @@
         el("section", { class: "panel", id: "photo-panel", "aria-labelledby": "photo-title" },
           el("h2", { id: "photo-title", tabindex: "-1" }, "Photo ", el("span", { id: "photo-id" })),
           el("p", { id: "photo-path", class: "note" }),
-          el("table", { id: "photo-history", class: "items" },
+          el("table", { id: "photo-history", class: "items stack" },  // stacked cards below 700 px
             el("thead", {}, el("tr", {}, ...["when", "job", "lane", "what", "from → to", "sha256 before → after", "changes", "undone by"]
               .map((h) => el("th", { scope: "col" }, h)))),
             el("tbody", {}))));
