@@ -413,7 +413,7 @@ def popen(
 ) -> Forked | subprocess.Popen[bytes]:
     """``subprocess.Popen(argv, ...)`` through the fork server when ``argv`` is ``python -m MODULE``
     (``stdout``/``stderr``: open files or descriptors; None: this process's), else a real Popen."""
-    if not _forkable(argv, env):
+    if not _forkable(argv, env) or subprocess.PIPE in (stdout, stderr):  # pipes: a real process
         return subprocess.Popen(
             list(argv),
             cwd=cwd,
@@ -423,12 +423,15 @@ def popen(
             start_new_session=start_new_session,
         )
 
-    def fd(stream: IO[Any] | int | None, default: int) -> int:
-        if stream is None:
-            return default
-        return stream if isinstance(stream, int) else stream.fileno()
+    with open(os.devnull, "r+b") as devnull:
 
-    with open(os.devnull, "rb") as devnull:
+        def fd(stream: IO[Any] | int | None, default: int) -> int:
+            if stream is None:
+                return default
+            if stream == subprocess.DEVNULL:
+                return devnull.fileno()
+            return stream if isinstance(stream, int) else stream.fileno()
+
         return _get_server().launch(
             argv[2],
             argv[3:],
@@ -436,7 +439,7 @@ def popen(
             cwd,
             devnull.fileno(),
             fd(stdout, 1),
-            fd(stderr, 2) if stderr is not subprocess.STDOUT else fd(stdout, 1),
+            fd(stderr, 2) if stderr != subprocess.STDOUT else fd(stdout, 1),
             start_new_session,
         )
 

@@ -85,3 +85,17 @@ def test_run_captures_both_outputs_and_the_status_of_a_cli_command(tmp_path: Pat
     )
     # Then its usage error and status come back as subprocess.run's would
     assert done.returncode == 2 and "No such command 'no-such-verb'" in done.stderr and done.stdout == ""
+
+
+def test_output_to_devnull_is_forked_and_to_a_pipe_is_a_real_process(tmp_path: Path) -> None:
+    # Given a launch whose output goes nowhere, and one whose output is a pipe (not passed on)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    nowhere = subprocess.DEVNULL
+    argv = [sys.executable, "-m", PROBE]
+    quiet = fork_server.popen([*argv, "4"], env=env, cwd=ROOT, stdout=nowhere, stderr=nowhere)
+    piped = fork_server.popen([*argv, "0"], env=env, cwd=ROOT, stdout=subprocess.PIPE)
+    # Then the first is forked and says its status; the second is a real process whose pipe is read
+    assert isinstance(quiet, fork_server.Forked) and quiet.wait(60) == 4
+    assert isinstance(piped, subprocess.Popen)
+    out, _ = piped.communicate(timeout=60)
+    assert piped.returncode == 0 and json.loads(out)["sqlalchemy"] is False
