@@ -226,10 +226,18 @@ def serve(path: str) -> None:
                     conn.close()
                     continue
                 body, fds = request
+                started_r, started_w = os.pipe()
                 pid = os.fork()
                 if pid == 0:
                     listener.close()
-                    _child(body, fds)
+                    os.close(started_r)
+                    _child(body, fds)  # closes started_w once in its session with its streams
+                os.close(started_w)
+                # Answer once the child is its own session (Popen returns after the child's setsid
+                # and exec): a killpg of the pid at once must find its group (it did not: the
+                # shared fleet's SIGSTOP of a worker just started, ProcessLookupError)
+                os.read(started_r, 1)
+                os.close(started_r)
                 for fd in fds:
                     os.close(fd)
                 conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")

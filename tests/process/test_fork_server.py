@@ -99,3 +99,13 @@ def test_output_to_devnull_is_forked_and_to_a_pipe_is_a_real_process(tmp_path: P
     assert isinstance(piped, subprocess.Popen)
     out, _ = piped.communicate(timeout=60)
     assert piped.returncode == 0 and json.loads(out)["sqlalchemy"] is False
+
+
+def test_a_new_sessions_group_exists_as_soon_as_the_launch_returns(tmp_path: Path) -> None:
+    # Given launches in sessions of their own (as Fleet starts workers), each signalled at once
+    # (the shared fleet SIGSTOPs a worker group right after starting it: ProcessLookupError, once)
+    for _ in range(10):
+        proc, _out = launch(tmp_path, "sleep")
+        # When its group is signalled the moment the launch returns
+        os.killpg(proc.pid, signal.SIGKILL)  # Then it exists (Popen returns after the setsid too)
+        assert proc.wait(30) == -signal.SIGKILL
