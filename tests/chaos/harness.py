@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from photojobs.api import Client
 from photojobs.config import Settings
+from store.control import ControlBusy
 from store.engine import make_engine
 from store.errors import NotApplicable, UnknownJob
 from store.events import EventRecord, read_events
@@ -52,6 +53,11 @@ def chaos_seconds(default: float) -> float:
     raw = os.environ.get("PHOTOJOBS_CHAOS_SECONDS", "").strip()
     return float(raw) if raw else default
 
+
+#: A job control answered ControlBusy (a frozen holder's transaction) is tried again this many times,
+#: BUSY_WAIT apart (the store ends such a transaction within the lease TTL, 2 s here).
+BUSY_TRIES = 8
+BUSY_WAIT = 1.0
 
 @dataclass
 class ChaosJob:
@@ -292,9 +298,26 @@ class ChaosRun:
             f"{result.events} event(s)"
         )
 
+    def _patiently(self, what: str, job: ChaosJob, act: Callable[[], None]) -> None:
+        """``act`` (a job control), tried again while the store answers ``ControlBusy``: a holder
+        frozen inside a transaction keeps the job's rows locked until the store ends that
+        transaction (within a lease TTL), and the control says "busy, nothing changed, try again"
+        instead of hanging (issue 39) — as designed, not a finding, unless it stays busy longer
+        than the store promises (``BUSY_TRIES`` x ``BUSY_WAIT``): then it raises."""
+        for attempt in range(1, BUSY_TRIES + 1):
+            try:
+                act()
+                return
+            except ControlBusy:
+                self.actions[f"{what}_busy"] += 1
+                self.note(f"{what} job {job.id} busy (attempt {attempt}): tried again in {BUSY_WAIT:g} s")
+                if attempt == BUSY_TRIES:
+                    raise
+                time.sleep(BUSY_WAIT)
+
     def pause(self, job: ChaosJob, why: str) -> None:
         try:
-            self._pause(job, why)
+            self._patiently("pause", job, lambda: self._pause(job, why))
         except UnknownJob:
             self._gone(job, "pause")
         except NotApplicable as exc:
@@ -302,7 +325,7 @@ class ChaosRun:
 
     def resume(self, job: ChaosJob, why: str) -> None:
         try:
-            self._resume(job, why)
+            self._patiently("resume", job, lambda: self._resume(job, why))
         except UnknownJob:
             self._gone(job, "resume")
         except NotApplicable as exc:
@@ -310,7 +333,7 @@ class ChaosRun:
 
     def cancel(self, job: ChaosJob, why: str) -> None:
         try:
-            self._cancel(job, why)
+            self._patiently("cancel", job, lambda: self._cancel(job, why))
         except UnknownJob:
             self._gone(job, "cancel")
             job.cancelled = True  # as wanted: the job had ended before it
