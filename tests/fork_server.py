@@ -39,6 +39,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+import psutil
+
 # Libraries the project's processes import that read no environment at import time.
 PRELOAD = (
     "sqlalchemy",
@@ -288,8 +290,13 @@ class Forked:
                 chunk = self._conn.recv(4096)
             except (TimeoutError, BlockingIOError):
                 return
-            if not chunk:  # the server went away: the child's status is lost; it is not running
-                self.returncode = -signal.SIGKILL if _alive(self.pid) is False else 255
+            if not chunk:  # the server went away: the child's status is lost (255 once it is gone)
+                if psutil.pid_exists(self.pid):
+                    time.sleep(min(0.05, left if left is not None else 0.05))
+                    if deadline is not None and time.monotonic() >= deadline:
+                        return
+                    continue
+                self.returncode = 255
                 return
             self._buffer += chunk
             if b"\n" in self._buffer:
@@ -325,16 +332,6 @@ class Forked:
             self._conn.close()
         except Exception:  # noqa: BLE001, S110 - interpreter shutdown
             pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class _Server:
