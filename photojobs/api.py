@@ -674,13 +674,15 @@ class Client:
         per ``bucket`` over the last ``window`` seconds (server-side, from the event log)."""
         depths = store_console.lane_depths(self.engine)
         start, series = store_console.lane_throughput(self.engine, window=window, bucket=bucket)
-        names = [entry["lane"] for entry in self.lanes()]
+        entries = self.lanes()
         store_counters.fold(self.engine)  # the events so far in the histograms, as /metrics does
-        times = store_histograms.lane_quantiles(store_counters.read(self.engine).histograms, names)
+        times = store_histograms.lane_quantiles(
+            store_counters.read(self.engine).histograms, [entry["lane"] for entry in entries]
+        )
         workers = [w for w in self.workers() if w["state"] == "live"]
         n = max(1, int(window // bucket))
         lanes = []
-        for entry in self.lanes():
+        for entry in entries:
             name = entry["lane"]
             serving = [w for w in workers if name in w["lanes"]]
             counts = series.get(name, [0] * n)

@@ -240,26 +240,30 @@ def find_jobs(
     if query and query.strip():
         conds.append(search_hint(query))
     searching = bool(query and query.strip())
+    # (cursor offset, conditions, job id to start below) of each part still to list
+    moving = moving_hint()
+    first, rest = (MOVING, [*conds, moving]), (0, [*conds, not_(moving)])
     if state:  # one part: the state says which
-        parts = [(None, conds, after)]
-    elif after is not None and after >= MOVING:
-        parts = [(MOVING, [*conds, moving_hint()], after - MOVING or None)] if after > MOVING else []
-        parts.append((0, [*conds, not_(moving_hint())], None))
+        parts = [(0, conds, after)]
+    elif after is None:
+        parts = [(*first, None), (*rest, None)]
+    elif after < MOVING:  # a job id: within the second part
+        parts = [(*rest, after)]
+    elif after == MOVING:  # the second part from its newest job
+        parts = [(*rest, None)]
     else:
-        parts = [(MOVING, [*conds, moving_hint()], None), (0, [*conds, not_(moving_hint())], after)]
-        if after is not None:  # a job id: the second part
-            parts = parts[1:]
+        parts = [(*first, after - MOVING), (*rest, None)]
     found: list[JobStatus] = []
     with _bounded(engine, timeout if searching else None) as s:
         for n, (offset, where, cursor) in enumerate(parts):
             page, nxt = _page(s, where, state, limit - len(found), cursor)
             found += page
             if nxt is not None:
-                return found, nxt + (offset or 0)
-            if len(found) == limit:
-                rest = parts[n + 1 :]
-                more = any(s.execute(select(Job.id).where(*w).limit(1)).first() for _o, w, _c in rest)
-                return found, (MOVING if offset == MOVING else None) if more else None
+                return found, offset + nxt
+            if len(found) == limit:  # the part ended with the page: does a later one hold a job?
+                later = parts[n + 1 :]
+                more = any(s.execute(select(Job.id).where(*w).limit(1)).first() for _o, w, _c in later)
+                return found, MOVING if more else None
     return found, None
 
 

@@ -163,30 +163,18 @@ class Fleet:
     ):  # type: ignore[no-untyped-def]
         lanes = lanes or ["noop"]
         full_env = {**self.env, **worker_env(threads, {}), **(env or {})}
-        log = open(self.logdir / f"worker-{len(self.procs)}.log", "ab")  # noqa: SIM115
-        with log:
-            proc = fork_server.popen(
-                worker_command(lanes, threads),
-                cwd=ROOT,
-                env=full_env,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-            )
-        self.procs.append(proc)
-        return proc
+        return self._launch("worker", worker_command(lanes, threads), full_env)
 
     def start_sweeper(self) -> subprocess.Popen[bytes] | fork_server.Forked:
-        log = open(self.logdir / f"sweeper-{len(self.procs)}.log", "ab")  # noqa: SIM115
-        with log:
-            proc = fork_server.popen(
-                [sys.executable, "-m", "photojobs", "sweep"],
-                cwd=ROOT,
-                env=self.env,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-            )
+        return self._launch("sweeper", [sys.executable, "-m", "photojobs", "sweep"], self.env)
+
+    def _launch(
+        self, name: str, argv: list[str], env: dict[str, str]
+    ) -> subprocess.Popen[bytes] | fork_server.Forked:
+        """``argv`` in a session of its own (forked by the fork server), its output in
+        ``NAME-N.log``; kept for ``stop``."""
+        with open(self.logdir / f"{name}-{len(self.procs)}.log", "ab") as log:
+            proc = fork_server.popen(argv, cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True)
         self.procs.append(proc)
         return proc
 

@@ -59,6 +59,7 @@ def chaos_seconds(default: float) -> float:
 BUSY_TRIES = 8
 BUSY_WAIT = 1.0
 
+
 @dataclass
 class ChaosJob:
     id: int
