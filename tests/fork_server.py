@@ -278,10 +278,21 @@ class Forked:
         self.pid = pid
         self.args = list(args)
         self.returncode: int | None = None
+        self._reading = threading.Lock()
         self._buffer = b""
         self.stdout = self.stderr = self.stdin = None
 
     def _read(self, timeout: float | None) -> None:
+        # One reader at a time (Popen's wait has its lock too): a harness thread polling while the
+        # main thread waits would recv on the socket the other just closed (EBADF, a chaos run)
+        if not self._reading.acquire(timeout=-1 if timeout is None else timeout):
+            return
+        try:
+            self._read_locked(timeout)
+        finally:
+            self._reading.release()
+
+    def _read_locked(self, timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.returncode is None:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
